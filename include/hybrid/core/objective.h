@@ -1,0 +1,41 @@
+// What is being minimised: a torch::nn::Module and a loss over a batch (ensmallen's split).
+// Any module plugs in through make_objective(module, loss_fn); the trainer needs nothing else.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include <torch/nn/module.h>
+
+#include "hybrid/core/data.h"
+
+namespace ht {
+
+struct EvalStats {
+  double loss_sum = 0.0;  // sum over items of the per-item mean loss times items
+  double correct = 0.0;   // for classifiers; 0 when not meaningful
+  int64_t count = 0;      // items (samples or tokens) the figures cover
+  bool has_accuracy = false;
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual torch::nn::Module& module() = 0;
+  // Scalar mean loss of the batch. Called with grad mode on (training) or off (verification).
+  virtual at::Tensor loss(const Batch& batch) = 0;
+  // Called under NoGradGuard. The default uses loss() weighted by the batch's first dimension.
+  virtual EvalStats evaluate(const Batch& batch);
+};
+
+using LossFn = std::function<at::Tensor(const Batch&)>;
+
+// Wraps any module and a loss function; the loss function calls the module itself.
+std::unique_ptr<Objective> make_objective(std::shared_ptr<torch::nn::Module> module, LossFn loss);
+
+// Cross-entropy classifier: module maps input [B, ...] -> logits [B, C]; evaluate counts accuracy.
+std::unique_ptr<Objective> make_classifier_objective(
+    std::shared_ptr<torch::nn::Module> module,
+    std::function<at::Tensor(const at::Tensor&)> forward);
+
+}  // namespace ht

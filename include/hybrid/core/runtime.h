@@ -1,0 +1,9 @@
+// Process setup shared by the CLI, benchmarks and tests: threads, the allocator, determinism.
+#pragma once
+
+namespace ht {
+
+// n <= 0 means all cores. Sets ATen's intra-op pool (this LibTorch defaults to 1 thread).
+int set_threads(int n);
+
+}  // namespace ht
