@@ -27,6 +27,13 @@ double global_grad_norm(const std::vector<at::Tensor>& params) {
   return torch::stack(norms).norm().item<double>();
 }
 
+void accumulate(EvalStats& into, const EvalStats& s) {
+  into.loss_sum += s.loss_sum;
+  into.correct += s.correct;
+  into.count += s.count;
+  into.has_accuracy = s.has_accuracy;
+}
+
 }  // namespace
 
 Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data,
@@ -192,11 +199,22 @@ EvalRecord Trainer::evaluate() {
   int64_t n = data_.num_val_batches();
   if (options_.eval_batches >= 0) n = std::min(n, options_.eval_batches);
   for (int64_t i = 0; i < n; ++i) {
-    const EvalStats s = objective_.evaluate(data_.val_batch(i));
-    total.loss_sum += s.loss_sum;
-    total.correct += s.correct;
-    total.count += s.count;
-    total.has_accuracy = s.has_accuracy;
+    const Batch batch = data_.val_batch(i);
+    // Under memory pressure evaluation splits its batches too (sums are split-invariant).
+    for (int64_t splits = options_.micro_splits;; splits *= 2) {
+      try {
+        const int64_t chunks = std::min<int64_t>(splits, batch.input.size(0));
+        const auto inputs = batch.input.tensor_split(chunks);
+        const auto targets = batch.target.tensor_split(chunks);
+        EvalStats part;
+        for (int64_t c = 0; c < chunks; ++c) accumulate(part, objective_.evaluate(Batch{inputs[c], targets[c]}));
+        accumulate(total, part);
+        break;
+      } catch (const c10::OutOfMemoryError&) {
+        release_cached_blocks();
+        if (!options_.memory.enabled || splits >= batch.input.size(0)) throw;
+      }
+    }
   }
   module.train(was_training);
   EvalRecord rec;
@@ -316,19 +334,21 @@ void Trainer::load_checkpoint(const std::string& path) {
   root.read("optimizer", opt);
   optimizer_.load(opt);
 
-  at::Tensor t;
-  root.read("step", t);
-  step_ = t.item<int64_t>();
-  root.read("micro_splits", t);
-  options_.micro_splits = std::max(options_.micro_splits, t.item<int64_t>());
-  root.read("data", t);
-  data_.restore(DataCursor{static_cast<uint64_t>(t[0].item<int64_t>()), t[1].item<int64_t>(),
-                           t[2].item<int64_t>()});
-  root.read("rng", t);
+  // A fresh tensor per read: reading into a defined tensor would try to resize its storage.
+  auto read = [&](const char* key) {
+    at::Tensor t;
+    root.read(key, t);
+    return t;
+  };
+  step_ = read("step").item<int64_t>();
+  options_.micro_splits = std::max(options_.micro_splits, read("micro_splits").item<int64_t>());
+  const at::Tensor cursor = read("data");  // [3]: seed, epoch, position
+  data_.restore(DataCursor{static_cast<uint64_t>(cursor[0].item<int64_t>()), cursor[1].item<int64_t>(),
+                           cursor[2].item<int64_t>()});
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(t);
+    gen.set_state(read("rng"));
   }
   if (strategy_) {
     torch::serialize::InputArchive s;
