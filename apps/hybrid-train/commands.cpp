@@ -12,6 +12,7 @@
 #include "config.h"
 #include "console_logger.h"
 #include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/data/byte_codec.h"
