@@ -27,6 +27,33 @@ double global_grad_norm(const std::vector<at::Tensor>& params) {
   return torch::stack(norms).norm().item<double>();
 }
 
+// Checkpoint tensors are copied into the existing parameters so the optimizer and any strategy
+// keep pointing at the same storage.
+void copy_model_tensors(torch::serialize::InputArchive& model, torch::nn::Module& module,
+                        const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto copy_into = [&](const std::string& name, at::Tensor& dst, bool is_buffer) {
+    at::Tensor src;
+    if (!model.try_read(name, src, is_buffer))
+      throw CheckpointError("checkpoint '" + path + "' has no tensor '" + name +
+                            "': it was saved from a different model (check the model config)");
+    if (!src.sizes().equals(dst.sizes()))
+      throw CheckpointError("checkpoint '" + path + "': '" + name + "' has shape " +
+                            c10::str(src.sizes()) + " but the model expects " + c10::str(dst.sizes()) +
+                            " (check the model config)");
+    dst.copy_(src);
+  };
+  for (auto& kv : module.named_parameters()) copy_into(kv.key(), kv.value(), false);
+  for (auto& kv : module.named_buffers()) copy_into(kv.key(), kv.value(), true);
+}
+
+void accumulate(EvalStats& into, const EvalStats& s) {
+  into.loss_sum += s.loss_sum;
+  into.correct += s.correct;
+  into.count += s.count;
+  into.has_accuracy = s.has_accuracy;
+}
+
 }  // namespace
 
 Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data,
@@ -192,11 +219,22 @@ EvalRecord Trainer::evaluate() {
   int64_t n = data_.num_val_batches();
   if (options_.eval_batches >= 0) n = std::min(n, options_.eval_batches);
   for (int64_t i = 0; i < n; ++i) {
-    const EvalStats s = objective_.evaluate(data_.val_batch(i));
-    total.loss_sum += s.loss_sum;
-    total.correct += s.correct;
-    total.count += s.count;
-    total.has_accuracy = s.has_accuracy;
+    const Batch batch = data_.val_batch(i);
+    // Under memory pressure evaluation splits its batches too (sums are split-invariant).
+    for (int64_t splits = options_.micro_splits;; splits *= 2) {
+      try {
+        const int64_t chunks = std::min<int64_t>(splits, batch.input.size(0));
+        const auto inputs = batch.input.tensor_split(chunks);
+        const auto targets = batch.target.tensor_split(chunks);
+        EvalStats part;
+        for (int64_t c = 0; c < chunks; ++c) accumulate(part, objective_.evaluate(Batch{inputs[c], targets[c]}));
+        accumulate(total, part);
+        break;
+      } catch (const c10::OutOfMemoryError&) {
+        release_cached_blocks();
+        if (!options_.memory.enabled || splits >= batch.input.size(0)) throw;
+      }
+    }
   }
   module.train(was_training);
   EvalRecord rec;
@@ -298,37 +336,27 @@ void Trainer::load_checkpoint(const std::string& path) {
 
   torch::serialize::InputArchive model;
   root.read("model", model);
-  auto copy_into = [&](const std::string& name, at::Tensor& dst, bool is_buffer) {
-    at::Tensor src;
-    if (!model.try_read(name, src, is_buffer))
-      throw CheckpointError("checkpoint '" + path + "' has no tensor '" + name +
-                            "': it was saved from a different model (check the model config)");
-    if (!src.sizes().equals(dst.sizes()))
-      throw CheckpointError("checkpoint '" + path + "': '" + name + "' has shape " +
-                            c10::str(src.sizes()) + " but the model expects " + c10::str(dst.sizes()) +
-                            " (check the model config)");
-    dst.copy_(src);  // in place: the optimizer and any strategy keep pointing at the same storage
-  };
-  for (auto& kv : objective_.module().named_parameters()) copy_into(kv.key(), kv.value(), false);
-  for (auto& kv : objective_.module().named_buffers()) copy_into(kv.key(), kv.value(), true);
+  copy_model_tensors(model, objective_.module(), path);
 
   torch::serialize::InputArchive opt;
   root.read("optimizer", opt);
   optimizer_.load(opt);
 
-  at::Tensor t;
-  root.read("step", t);
-  step_ = t.item<int64_t>();
-  root.read("micro_splits", t);
-  options_.micro_splits = std::max(options_.micro_splits, t.item<int64_t>());
-  root.read("data", t);
-  data_.restore(DataCursor{static_cast<uint64_t>(t[0].item<int64_t>()), t[1].item<int64_t>(),
-                           t[2].item<int64_t>()});
-  root.read("rng", t);
+  // A fresh tensor per read: reading into a defined tensor would try to resize its storage.
+  auto read = [&](const char* key) {
+    at::Tensor t;
+    root.read(key, t);
+    return t;
+  };
+  step_ = read("step").item<int64_t>();
+  options_.micro_splits = std::max(options_.micro_splits, read("micro_splits").item<int64_t>());
+  const at::Tensor cursor = read("data");  // [3]: seed, epoch, position
+  data_.restore(DataCursor{static_cast<uint64_t>(cursor[0].item<int64_t>()), cursor[1].item<int64_t>(),
+                           cursor[2].item<int64_t>()});
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(t);
+    gen.set_state(read("rng"));
   }
   if (strategy_) {
     torch::serialize::InputArchive s;
@@ -352,6 +380,50 @@ std::string Trainer::resume_latest(const std::string& dir) {
     }
   }
   return "";
+}
+
+}  // namespace ht
+
+namespace ht {
+
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& module) {
+  const std::string payload = read_checkpoint_file(path);
+  torch::serialize::InputArchive root, model;
+  root.load_from(payload.data(), payload.size());
+  root.read("model", model);
+  copy_model_tensors(model, module, path);
+}
+
+CheckpointSummary inspect_checkpoint(const std::string& path) {
+  const std::string payload = read_checkpoint_file(path);
+  torch::serialize::InputArchive root;
+  root.load_from(payload.data(), payload.size());
+  auto read = [&](const char* key) {
+    at::Tensor t;
+    root.read(key, t);
+    return t;
+  };
+  CheckpointSummary s;
+  s.file_bytes = static_cast<int64_t>(payload.size());
+  s.step = read("step").item<int64_t>();
+  c10::IValue config;
+  root.read("config", config);
+  s.config_text = config.toStringRef();
+  const at::Tensor cursor = read("data");
+  s.cursor = DataCursor{static_cast<uint64_t>(cursor[0].item<int64_t>()), cursor[1].item<int64_t>(),
+                        cursor[2].item<int64_t>()};
+  torch::serialize::InputArchive model;
+  root.read("model", model);
+  for (const auto& key : model.keys()) {
+    at::Tensor t;
+    if (model.try_read(key, t)) {
+      ++s.parameter_tensors;
+      s.parameter_elements += t.numel();
+    }
+  }
+  torch::serialize::InputArchive strategy;
+  s.has_strategy = root.try_read("strategy", strategy);
+  return s;
 }
 
 }  // namespace ht
