@@ -2,6 +2,8 @@
 // BLAS call and no weight is ever transposed or copied.
 #include "gpt_block.h"
 
+#include "hybrid/models/gelu.h"
+
 namespace ht {
 
 Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
@@ -36,7 +38,7 @@ GPTMLPImpl::GPTMLPImpl(int64_t n_embd) {
 }
 
 at::Tensor GPTMLPImpl::forward(const at::Tensor& x) {
-  return c_proj(at::gelu(c_fc(x), "tanh"));
+  return c_proj(gelu_tanh(c_fc(x)));
 }
 
 GPTBlock::GPTBlock(int64_t n_embd, int64_t n_head) {
