@@ -150,7 +150,8 @@ void PhaseController::on_verification(bool accepted) {
 }
 
 void PhaseController::on_loss_error(double relative_error) {
-  if (!std::isfinite(relative_error)) relative_error = 1e3;
+  // Capped: one wild miss lowers trust for a while, it does not end prediction for good.
+  if (!std::isfinite(relative_error) || relative_error > 10.0) relative_error = 10.0;
   loss_err_ema_ += kErrorEma * (relative_error - loss_err_ema_);
 }
 

@@ -128,8 +128,10 @@ class DmdPredictor : public UpdatePredictor {
     gram_.assign(ring_.size(), std::vector<double>(K_ * K_, 0.0));
     double res_sum = 0.0, weight_sum = 0.0;
     for (size_t i = 0; i < ring_.size(); ++i) {
-      // Gram in chronological order: G[a][b] = <d_a, d_b>.
-      at::Tensor g = at::mm(ring_[i], ring_[i].t()).to(torch::kCPU, torch::kDouble).contiguous();  // [K, K]
+      // Gram in chronological order: G[a][b] = <d_a, d_b>. Accumulated in double: geometric
+      // updates are nearly collinear and the fit lives in the small differences between them.
+      const at::Tensor r = ring_[i].to(torch::kDouble);  // [K, N], freed after the product
+      at::Tensor g = at::mm(r, r.t()).to(torch::kCPU).contiguous();  // [K, K]
       const double* gs = g.data_ptr<double>();
       std::vector<double>& G = gram_[i];
       for (int64_t a = 0; a < K_; ++a) {

@@ -1,4 +1,4 @@
-// Predictors (a): repeat the last update, or the EMA of recent updates. One buffer per parameter;
+// Predictors (a): repeat the last update, the EMA of recent updates, or a stretch's mean update. One buffer per parameter;
 // prediction is a copy, so a predicted step costs two passes over the weights.
 #include <torch/torch.h>
 
@@ -20,12 +20,15 @@ void allocate_like(std::vector<at::Tensor>& dst, const std::vector<at::Tensor>& 
   for (const auto& t : like) dst.push_back(torch::zeros_like(t, t.options().requires_grad(false)));
 }
 
-// beta = 0 is "last": the EMA then equals the latest update.
+// beta = 0 is "last": the EMA then equals the latest update. In span mode the observed update
+// is already the mean over a recorded stretch.
 class ExtrapolationPredictor : public UpdatePredictor {
  public:
-  ExtrapolationPredictor(double beta, std::string name) : beta_(beta), name_(std::move(name)) {}
+  ExtrapolationPredictor(double beta, std::string name, bool span = false)
+      : beta_(beta), name_(std::move(name)), span_(span) {}
 
   std::string name() const override { return name_; }
+  bool observes_steps() const override { return !span_; }
 
   void observe(const std::vector<at::Tensor>& deltas, const TrainingFeatures&) override {
     torch::NoGradGuard no_grad;
@@ -65,6 +68,7 @@ class ExtrapolationPredictor : public UpdatePredictor {
  private:
   double beta_;
   std::string name_;
+  bool span_;
   std::vector<at::Tensor> avg_;  // per parameter, shaped like it
   int64_t count_ = 0;            // observations since the last reset
 };
@@ -79,8 +83,13 @@ std::unique_ptr<UpdatePredictor> make_ema_predictor(double beta) {
   return std::make_unique<ExtrapolationPredictor>(beta, "ema");
 }
 
+std::unique_ptr<UpdatePredictor> make_mean_predictor(double beta) {
+  return std::make_unique<ExtrapolationPredictor>(beta, "mean", true);
+}
+
 std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& o) {
   o.validate();
+  if (o.predictor == "mean") return make_mean_predictor(o.span_beta);
   if (o.predictor == "last") return make_last_predictor();
   if (o.predictor == "ema") return make_ema_predictor(o.ema_beta);
   if (o.predictor == "dmd") return make_dmd_predictor(o.dmd_history, o.dmd_rank, o.dmd_ridge);

@@ -26,6 +26,9 @@ double ms_since(Clock::time_point t0) {
 // predictions from fitting one batch.
 constexpr int64_t kProbeRefreshPhases = 4;
 constexpr double kLossEma = 0.9;
+// An early extra verification in every predict phase: a bad prediction then costs a few steps,
+// not a whole verification interval.
+constexpr int64_t kFirstCheck = 4;
 constexpr double kTimeEma = 0.9;
 
 int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
@@ -75,12 +78,14 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   for (const auto& b : trainer.objective().module().buffers()) {
     if (b.is_floating_point()) state_.push_back(b);
   }
-  for (const auto& p : params_) {
-    const auto opts = p.options().requires_grad(false);
-    before_.push_back(torch::empty(p.sizes(), opts));
-    delta_.push_back(torch::empty(p.sizes(), opts));
-    predicted_.push_back(torch::empty(p.sizes(), opts));
-  }
+  // before_ and predicted_ may already hold state loaded from a checkpoint.
+  auto allocate = [&](std::vector<at::Tensor>& buffers) {
+    if (!buffers.empty()) return;
+    for (const auto& p : params_) buffers.push_back(torch::zeros(p.sizes(), p.options().requires_grad(false)));
+  };
+  allocate(before_);
+  allocate(delta_);
+  allocate(predicted_);
   group_ = layer_groups(static_cast<int64_t>(params_.size()), opt_.groups);
   num_groups_ = group_.back() + 1;
   snapshot_.allocate(state_, opt_.snapshot_on_host);
@@ -131,29 +136,41 @@ TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult
 
 FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepRecord& rec) {
   have_decision_loss_ = false;  // the weights are about to move
-  const bool measure = record && measure_next_ && predictor_->ready();
+  const bool per_step = predictor_->observes_steps();
+  // A trajectory is consecutive real updates; predicted steps, an unrecorded stretch or a span
+  // already handed to the predictor start a new one.
+  const bool fresh = !contiguous_ || ahead_ > 0 || !stretch_open_;
+  const bool measure = per_step && record && measure_next_ && predictor_->ready();
   if (measure) predictor_->predict_into(predicted_, measure_ahead_);
-  if (record) {
+  if (record && (per_step || fresh)) {
+    // Per-step mode: the weights before this update. Span mode: the anchor of the stretch.
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) before_[i].copy_(params_[i]);
   }
   const FullStepResult r = trainer.full_step();
   const double lr = trainer.optimizer().lr();
   if (record) {
-    {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < params_.size(); ++i) at::sub_out(delta_[i], params_[i], before_[i]);
+    if (fresh) {
+      stretch_n_ = 0;
+      ahead_ = 0;  // the new trajectory starts here
+      if (per_step) predictor_->reset_history();
     }
-    if (measure) {
-      measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
-      measure_prediction_error(rec);
+    ++stretch_n_;
+    stretch_open_ = true;
+    if (per_step) {
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < params_.size(); ++i) at::sub_out(delta_[i], params_[i], before_[i]);
+      }
+      if (measure) {
+        measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
+        measure_prediction_error(rec);
+      }
+      predictor_->observe(delta_, features(trainer, r));
+      lr_observed_ = lr;
+      ahead_ = 0;
+      measure_next_ = false;
     }
-    // The history is one trajectory of consecutive real updates; a jump starts a new one.
-    if (!contiguous_ || ahead_ > 0) predictor_->reset_history();
-    predictor_->observe(delta_, features(trainer, r));
-    lr_observed_ = lr;
-    ahead_ = 0;
-    measure_next_ = false;
   }
   contiguous_ = record;
   update_loss_stats(r.loss);
@@ -163,6 +180,29 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
   rec.lr = lr;
   rec.items_per_sec = static_cast<double>(r.items);  // turned into a rate in run_step
   return r;
+}
+
+void HybridStrategy::observe_span(Trainer& trainer, const FullStepResult& r, StepRecord& rec) {
+  // The mean update over the stretch, (w - anchor) / n: the oscillating and noisy parts of the
+  // single updates cancel over the window, the drift along the valley floor remains.
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::sub_out(delta_[i], params_[i], before_[i]);
+      delta_[i].div_(static_cast<double>(stretch_n_));
+    }
+  }
+  const double lr = trainer.optimizer().lr();
+  if (measure_next_ && predictor_->ready()) {
+    // What the last predict phase applied per step against what real steps did since.
+    measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
+    measure_prediction_error(rec);
+  }
+  predictor_->observe(delta_, features(trainer, r));
+  lr_observed_ = lr;
+  ahead_ = 0;
+  measure_next_ = false;
+  stretch_open_ = false;
 }
 
 void HybridStrategy::measure_prediction_error(StepRecord& rec) {
@@ -215,9 +255,11 @@ void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
   // opens a predict phase now, is also that phase's starting loss.
   if (!have_probe_) return;
   const double now = probe_loss(trainer, probe_);
-  if (have_end_loss_ && stretch_ms_ > 0.0) {
+  if (have_end_loss_ && stretch_ms_ > 0.0 && stretch_steps_ > 0) {
     const double full_rate = (end_loss_ - now) / (stretch_ms_ / 1000.0);
     ctl_.on_rates(pending_pred_rate_, full_rate);
+    probe_slope_ = (now - end_loss_) / static_cast<double>(stretch_steps_);
+    have_probe_slope_ = true;
     have_end_loss_ = false;
   }
   decision_loss_ = now;
@@ -226,7 +268,15 @@ void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
 
 void HybridStrategy::enter_predict(Trainer& trainer) {
   if (!have_probe_ || !have_decision_loss_ || phases_on_probe_ >= kProbeRefreshPhases) {
-    probe_ = trainer.data().next_train_batch();
+    // Several training batches in one probe: the sign of a paired loss difference on a single
+    // batch is mostly that batch's noise when the true change per step is small.
+    std::vector<at::Tensor> inputs, targets;
+    for (int64_t i = 0; i < opt_.probe_batches; ++i) {
+      Batch b = trainer.data().next_train_batch();
+      inputs.push_back(b.input);
+      targets.push_back(b.target);
+    }
+    probe_ = inputs.size() == 1 ? Batch{inputs[0], targets[0]} : Batch{torch::cat(inputs), torch::cat(targets)};
     have_probe_ = true;
     phases_on_probe_ = 0;
     decision_loss_ = probe_loss(trainer, probe_);
@@ -256,6 +306,7 @@ void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_l
   end_loss_ = final_probe_loss;
   have_end_loss_ = true;
   stretch_ms_ = 0.0;
+  stretch_steps_ = 0;
   measure_next_ = true;
   measure_ahead_ = ahead_ + 1;
   measure_scale_ = ctl_.step_scale();
@@ -324,7 +375,9 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   // What the loss should be: the predictor's own model if it has one, else the recent per-step
   // trend of real steps carried over the steps predicted since the last verified point.
   const double steps_since_ref = static_cast<double>(ahead_ - ref_ahead_);
-  double predicted = ref_loss_ + loss_slope_ * steps_since_ref * ctl_.step_scale();
+  // Holdout: real steps' paired per-step decrease of the probe loss, when one was measured.
+  const double slope = opt_.verify == "holdout" && have_probe_slope_ ? probe_slope_ : loss_slope_;
+  double predicted = ref_loss_ + slope * steps_since_ref * ctl_.step_scale();
   const double rel = predictor_->predicted_loss_change(ahead_);
   if (std::isfinite(rel)) predicted = ref_loss_ * (1.0 + rel);
   rec.extra["predicted_loss"] = predicted;
@@ -337,7 +390,7 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     phase_sum_ += actual;
     ++phase_n_;
     verify = true;
-  } else if (index % opt_.verify_every == 0 || last) {
+  } else if (index % opt_.verify_every == 0 || last || index == kFirstCheck) {
     actual = probe_loss(trainer, probe_);
     verify = true;
   }
@@ -351,8 +404,10 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   rec.extra["actual_loss"] = actual;
   ++summary_.verifications;
   const std::string why = check_prediction(actual, predicted);
+  // Error in units of the predicted change (holdout: the comparison is paired, noise-free) or of
+  // the batch-to-batch noise (batch).
   const double unit = opt_.verify == "holdout"
-                          ? std::max(std::abs(predicted - ref_loss_), 1e-6 * std::abs(ref_loss_) + 1e-12)
+                          ? std::max(std::abs(predicted - ref_loss_), 1e-3 * std::abs(ref_loss_) + 1e-12)
                           : std::max(std::sqrt(loss_var_), 1e-12);
   ctl_.on_loss_error(std::abs(actual - predicted) / unit);
   ctl_.set_predictor_confidence(predictor_->self_confidence());
@@ -370,6 +425,7 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     rec.phase = phase_name(Phase::Correct);
     log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
     stretch_ms_ += ms_since(t1);
+    ++stretch_steps_;
     return;
   }
 
@@ -398,8 +454,10 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   if (phase == Phase::Predict) {
     predicted_step(trainer, rec);
   } else {
-    const bool record = ctl_.recording();
-    if (phase == Phase::Full && !record) ++held_steps_;
+    // Span predictors measure the trajectory from the first full step on: the correct steps
+    // after a jump let the optimizer settle back into the valley first.
+    const bool record = ctl_.recording() && (predictor_->observes_steps() || phase == Phase::Full);
+    if (phase == Phase::Full && !ctl_.recording()) ++held_steps_;
     const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
     const FullStepResult r = real_step(trainer, record, rec);
     if (first_correct) {
@@ -412,11 +470,16 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
         trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
       }
     }
-    if (ctl_.decision_due(predictor_->ready())) measure_probe_before_decision(trainer);
+    const bool span = !predictor_->observes_steps();
+    if (ctl_.decision_due(span ? record && stretch_n_ > 0 : predictor_->ready())) {
+      if (span) observe_span(trainer, r, rec);
+      measure_probe_before_decision(trainer);
+    }
     const double ms = ms_since(t0);
     ema(record ? summary_.recorded_step_ms : summary_.plain_step_ms, ms, kTimeEma);
     log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
     stretch_ms_ += ms;
+    ++stretch_steps_;
   }
   trainer.advance_step();
 
@@ -468,6 +531,14 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "lr_observed", lr_observed_);
   put(a, "ahead", ahead_);
   put(a, "contiguous", contiguous_);
+  put(a, "stretch_n", stretch_n_);
+  put(a, "stretch_open", stretch_open_);
+  // Span mode keeps state in the buffers between steps: the stretch's anchor, the last prediction.
+  const bool span = !predictor_->observes_steps();
+  put(a, "has_anchor", span && stretch_open_);
+  if (span && stretch_open_) archive_io::put_tensors(a, "anchor", before_);
+  put(a, "has_prediction", span && measure_next_);
+  if (span && measure_next_) archive_io::put_tensors(a, "prediction", predicted_);
   put(a, "measure_next", measure_next_);
   put(a, "measure_ahead", measure_ahead_);
   put(a, "measure_scale", measure_scale_);
@@ -489,6 +560,9 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "phase_n", phase_n_);
   put(a, "phase_ms", phase_ms_);
   put(a, "stretch_ms", stretch_ms_);
+  put(a, "stretch_steps", stretch_steps_);
+  put(a, "probe_slope", probe_slope_);
+  put(a, "have_probe_slope", have_probe_slope_);
   put(a, "end_loss", end_loss_);
   put(a, "have_end_loss", have_end_loss_);
   put(a, "pending_pred_rate", pending_pred_rate_);
@@ -525,6 +599,10 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   lr_observed_ = get_double(a, "lr_observed");
   ahead_ = get_int(a, "ahead");
   contiguous_ = get_bool(a, "contiguous");
+  stretch_n_ = get_int(a, "stretch_n");
+  stretch_open_ = get_bool(a, "stretch_open");
+  if (get_bool(a, "has_anchor")) get_tensors_into(a, "anchor", before_);
+  if (get_bool(a, "has_prediction")) get_tensors_into(a, "prediction", predicted_);
   measure_next_ = get_bool(a, "measure_next");
   measure_ahead_ = get_int(a, "measure_ahead");
   measure_scale_ = get_double(a, "measure_scale");
@@ -546,6 +624,9 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   phase_n_ = get_int(a, "phase_n");
   phase_ms_ = get_double(a, "phase_ms");
   stretch_ms_ = get_double(a, "stretch_ms");
+  stretch_steps_ = get_int(a, "stretch_steps");
+  probe_slope_ = get_double(a, "probe_slope");
+  have_probe_slope_ = get_bool(a, "have_probe_slope");
   end_loss_ = get_double(a, "end_loss");
   have_end_loss_ = get_bool(a, "have_end_loss");
   pending_pred_rate_ = get_double(a, "pending_pred_rate");

@@ -124,7 +124,9 @@ struct BowlRun {
 };
 
 struct MlpRun {
-  explicit MlpRun(int64_t max_steps, double lr = 3e-3, uint64_t seed = 0) {
+  explicit MlpRun(int64_t max_steps, double lr = 3e-3, uint64_t seed = 0, int64_t batch = 64,
+                  double noise = 0.1)
+      : data(batch, 16, noise) {
     torch::manual_seed(seed);
     mlp = std::make_shared<Mlp>();
     objective = ht::make_objective(mlp, [m = mlp.get()](const ht::Batch& b) {

@@ -55,22 +55,30 @@ class UpdatePredictor {
   virtual double self_confidence() const { return 1.0; }
   // Whether observe() reads TrainingFeatures::group_update_norms (a pass over the update).
   virtual bool wants_group_norms() const { return false; }
+  // true: observe() sees every recorded step's update. false ("span" predictors): observe() is
+  // called once per recorded stretch with the stretch's mean update, (w_end - w_start) / n, which
+  // costs nothing per step.
+  virtual bool observes_steps() const { return true; }
 
   virtual int64_t state_bytes() const = 0;  // tensor bytes the predictor holds
   virtual void save(torch::serialize::OutputArchive& archive) const = 0;
   virtual void load(torch::serialize::InputArchive& archive) = 0;
 };
 
-// (a) Extrapolation: repeat the last update, or a bias-corrected EMA of recent updates.
+// (a) Extrapolation: repeat the last update, an EMA of recent updates, or (span) the mean update
+// of the last recorded stretch - the trajectory's direction averaged over the window, as in
+// Lookahead / SNOO, continued instead of interpolated.
 std::unique_ptr<UpdatePredictor> make_last_predictor();
 std::unique_ptr<UpdatePredictor> make_ema_predictor(double beta);
+// beta > 0 averages the stretches' means: mean = beta * previous + (1 - beta) * newest.
+std::unique_ptr<UpdatePredictor> make_mean_predictor(double beta = 0.0);
 // (b) DMD-style: per tensor, a linear recurrence d[t] = sum_j c[j] d[t-j] (j = 1..rank) fitted by
 // least squares over the last `history` updates through their K x K Gram matrix.
 std::unique_ptr<UpdatePredictor> make_dmd_predictor(int64_t history, int64_t rank, double ridge);
 // (c) RSSM-lite: an ensemble of GRU + stochastic-latent models over TrainingFeatures that predicts
 // the loss change and per-group multipliers of the EMA update direction.
 std::unique_ptr<UpdatePredictor> make_rssm_predictor(const HybridOptions& options);
-// By options.predictor: "last" | "ema" | "dmd" | "rssm".
+// By options.predictor: "mean" | "last" | "ema" | "dmd" | "rssm".
 std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& options);
 
 // group[i] for tensor i: num_groups contiguous runs of near-equal length (fewer if fewer tensors).

@@ -62,6 +62,7 @@ class HybridStrategy : public StepStrategy {
  private:
   void ensure_buffers(Trainer& trainer);
   FullStepResult real_step(Trainer& trainer, bool record, StepRecord& rec);
+  void observe_span(Trainer& trainer, const FullStepResult& r, StepRecord& rec);
   void predicted_step(Trainer& trainer, StepRecord& rec);
   void enter_predict(Trainer& trainer);
   void finish_predict_phase(Trainer& trainer, double final_probe_loss);
@@ -84,7 +85,7 @@ class HybridStrategy : public StepStrategy {
   // Parameter handles (shared storage with the model) and preallocated per-parameter buffers.
   std::vector<at::Tensor> params_;     // the optimizer's parameters
   std::vector<at::Tensor> state_;      // params_ + floating module buffers: what a rollback restores
-  std::vector<at::Tensor> before_;     // weights before a recorded step
+  std::vector<at::Tensor> before_;     // weights before a recorded step (span mode: the anchor)
   std::vector<at::Tensor> delta_;      // the update that step made
   std::vector<at::Tensor> predicted_;  // predictor output
   std::vector<int64_t> group_;         // layer group of each parameter
@@ -95,6 +96,8 @@ class HybridStrategy : public StepStrategy {
   double lr_observed_ = 0.0;     // lr of the last observed update (predictions are rescaled)
   int64_t ahead_ = 0;            // predicted steps applied since the last observation
   bool contiguous_ = false;      // the previous step was a recorded real step
+  int64_t stretch_n_ = 0;        // recorded real steps in the current stretch
+  bool stretch_open_ = false;    // span mode: the stretch has not been handed to the predictor yet
   bool measure_next_ = false;    // the next real step measures the prediction error
   int64_t measure_ahead_ = 0;
   double measure_scale_ = 1.0;
@@ -120,6 +123,9 @@ class HybridStrategy : public StepStrategy {
   // Rates: loss decrease per second of a predict phase and of the real steps after it.
   double phase_ms_ = 0.0;        // time spent in this predict phase so far
   double stretch_ms_ = 0.0;      // time in real steps since the last predict phase ended
+  int64_t stretch_steps_ = 0;    // and their number
+  double probe_slope_ = 0.0;     // per-step change of the probe loss under those real steps
+  bool have_probe_slope_ = false;
   double end_loss_ = NAN;        // probe loss when the last predict phase ended
   bool have_end_loss_ = false;
   double pending_pred_rate_ = 0.0;
