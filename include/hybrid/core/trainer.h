@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "hybrid/core/data.h"
@@ -24,20 +25,41 @@ struct CheckpointOptions {
   int keep_last = 3;
 };
 
+// What the trainer may do when a step runs out of memory, in this order: release the allocator's
+// cache; turn on activation recompute (the model knows how: the app supplies the hook); split each
+// batch into more micro-batches (same effective batch); finally write an emergency checkpoint and
+// throw OutOfMemoryExit. The failed step is retried from the same batch, never skipped.
+struct MemoryPressureOptions {
+  bool enabled = true;
+  std::function<bool()> enable_recompute;  // returns false when there is nothing more to turn on
+  int64_t max_micro_splits = 64;
+  std::string emergency_checkpoint_path;   // default: <checkpoint.dir>/emergency.ht or ./emergency.ht
+};
+
 struct TrainerOptions {
   int64_t max_steps = 1000;
-  int64_t grad_accum = 1;      // micro-batches per optimizer step
+  int64_t grad_accum = 1;      // batches per optimizer step
+  int64_t micro_splits = 1;    // each batch split into this many chunks (grown under memory pressure)
   double grad_clip = 1.0;      // max global L2 norm; 0 disables
   LrSchedule schedule;
   int64_t eval_every = 0;      // 0: evaluate only at the end
   int64_t eval_batches = -1;   // -1: the whole validation split
   CheckpointOptions checkpoint;
+  MemoryPressureOptions memory;
   std::string config_text;     // stored verbatim in checkpoints (for `info` and resume checks)
 };
 
 class TrainingError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Thrown after the pressure ladder is exhausted; the emergency checkpoint holds all progress.
+class OutOfMemoryExit : public TrainingError {
+ public:
+  OutOfMemoryExit(const std::string& msg, std::string checkpoint)
+      : TrainingError(msg), checkpoint_path(std::move(checkpoint)) {}
+  std::string checkpoint_path;
 };
 
 class Trainer;
@@ -77,8 +99,11 @@ class Trainer {
 
   // Forward + backward + clip + optimizer step on the next grad_accum batches. Sets the lr from
   // the schedule. Throws TrainingError on a non-finite loss or gradient, naming the step.
+  // Under memory pressure it walks the ladder in MemoryPressureOptions and retries.
   FullStepResult full_step();
   void set_lr_for_current_step();
+  // Loss of a batch without building a graph (verification forwards, predict steps).
+  double forward_loss(const Batch& batch);
 
   void save_checkpoint(const std::string& path);
   void load_checkpoint(const std::string& path);
@@ -87,6 +112,7 @@ class Trainer {
   std::string resume_latest(const std::string& dir);
   // Periodic saving, as configured (step count, wall clock). Called by fit() after each step.
   void maybe_checkpoint();
+  void save_emergency_checkpoint(const std::string& path);
 
   void request_stop() { stop_requested_ = true; }
   int64_t step() const { return step_; }
@@ -111,6 +137,10 @@ class Trainer {
   std::atomic<bool> stop_requested_{false};
   std::chrono::steady_clock::time_point last_checkpoint_time_;
   int64_t last_checkpoint_step_ = 0;
+  bool recompute_tried_ = false;  // the ladder's second rung is taken once per run
+
+  FullStepResult full_step_once();
+  void respond_to_memory_pressure(const std::string& what, int attempt);
 };
 
 }  // namespace ht

@@ -1,0 +1,147 @@
+// Crash-safe checkpoint files. Layout: "HTCKPT01" | u64 payload bytes | u32 crc32 | payload.
+// Written to <path>.tmp, fsynced, renamed over <path>, then the directory is fsynced.
+#include "hybrid/core/checkpoint_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <zlib.h>
+
+namespace ht {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kMagic[8] = {'H', 'T', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr size_t kHeaderBytes = 8 + 8 + 4;
+
+uint32_t crc_of(const std::string& data) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths: feed large payloads in chunks.
+  const size_t chunk = 1u << 30;
+  for (size_t off = 0; off < data.size(); off += chunk) {
+    const size_t n = std::min(chunk, data.size() - off);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data() + off), static_cast<uInt>(n));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError("writing checkpoint '" + path + "' failed: " + std::strerror(errno) +
+                            " (is the disk full?)");
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, const std::string& payload) {
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    throw CheckpointError("cannot create '" + tmp + "': " + std::strerror(errno));
+  try {
+    char header[kHeaderBytes];
+    const uint64_t size = payload.size();
+    const uint32_t crc = crc_of(payload);
+    std::memcpy(header, kMagic, 8);
+    std::memcpy(header + 8, &size, 8);  // little-endian hosts only (x86-64, aarch64)
+    std::memcpy(header + 16, &crc, 4);
+    write_all(fd, header, kHeaderBytes, tmp);
+    write_all(fd, payload.data(), payload.size(), tmp);
+    if (::fsync(fd) != 0)
+      throw CheckpointError("fsync of '" + tmp + "' failed: " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw CheckpointError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  fsync_dir(target.parent_path());
+}
+
+std::string read_checkpoint_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("checkpoint '" + path + "' cannot be opened (does it exist?)");
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (file_size < kHeaderBytes)
+    throw CheckpointError("checkpoint '" + path + "' is truncated: " + std::to_string(file_size) +
+                          " bytes, shorter than its header");
+  char header[kHeaderBytes];
+  in.read(header, kHeaderBytes);
+  if (std::memcmp(header, kMagic, 8) != 0)
+    throw CheckpointError("'" + path + "' is not a hybrid-trainer checkpoint (bad magic)");
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  std::memcpy(&size, header + 8, 8);
+  std::memcpy(&crc, header + 16, 4);
+  if (file_size - kHeaderBytes != size)
+    throw CheckpointError("checkpoint '" + path + "' is truncated or padded: header says " +
+                          std::to_string(size) + " payload bytes, file holds " +
+                          std::to_string(file_size - kHeaderBytes));
+  std::string payload(size, '\0');
+  in.read(payload.data(), static_cast<std::streamsize>(size));
+  if (!in) throw CheckpointError("reading checkpoint '" + path + "' failed");
+  if (crc_of(payload) != crc)
+    throw CheckpointError("checkpoint '" + path + "' is corrupt: checksum mismatch");
+  return payload;
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "ckpt-%09lld.ht", static_cast<long long>(step));
+  return (fs::path(dir) / name).string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  static const std::regex pattern(R"(ckpt-(\d+)\.ht)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1]), entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> paths;
+  for (auto& f : found) paths.push_back(std::move(f.second));
+  return paths;
+}
+
+void prune_checkpoints(const std::string& dir, int keep_last) {
+  if (keep_last <= 0) return;
+  const auto all = list_checkpoints(dir);
+  for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i], ec);
+  }
+}
+
+}  // namespace ht

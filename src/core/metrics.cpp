@@ -1,0 +1,66 @@
+// JSON Lines output of step and eval records: one object per line, flushed so a crash or a
+// `tail -f` sees every finished step.
+#include "hybrid/core/metrics.h"
+
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace ht {
+namespace {
+
+// JSON has no NaN: absent figures become null.
+nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
+
+class JsonlLogger final : public Logger {
+ public:
+  JsonlLogger(const std::string& path, bool append)
+      : out_(path, append ? std::ios::app : std::ios::trunc) {
+    if (!out_) throw std::runtime_error("cannot open metrics file '" + path + "' for writing");
+  }
+  void on_step(const StepRecord& r) override { write(to_json(r)); }
+  void on_eval(const EvalRecord& r) override { write(to_json(r)); }
+  void on_message(Level lv, const std::string& m) override {
+    static const char* names[] = {"debug", "info", "warning", "error"};
+    write(nlohmann::json{{"type", "message"}, {"level", names[static_cast<int>(lv)]}, {"text", m}}.dump());
+  }
+  void on_checkpoint(const std::string& p, int64_t s) override {
+    write(nlohmann::json{{"type", "checkpoint"}, {"step", s}, {"path", p}}.dump());
+  }
+
+ private:
+  void write(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_ << line << '\n';
+    out_.flush();
+  }
+  std::ofstream out_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+std::string to_json(const StepRecord& r) {
+  nlohmann::json j{{"type", "step"},          {"step", r.step},
+                   {"phase", r.phase},        {"loss", number(r.loss)},
+                   {"lr", number(r.lr)},      {"grad_norm", number(r.grad_norm)},
+                   {"ms", number(r.ms)},      {"items_per_sec", number(r.items_per_sec)},
+                   {"tensor_bytes", r.tensor_bytes}, {"peak_bytes", r.peak_bytes}};
+  for (const auto& kv : r.extra) j[kv.first] = number(kv.second);
+  return j.dump();
+}
+
+std::string to_json(const EvalRecord& r) {
+  return nlohmann::json{{"type", "eval"},  {"step", r.step},  {"val_loss", number(r.val_loss)},
+                        {"accuracy", number(r.accuracy)}, {"items", r.items}, {"ms", number(r.ms)}}
+      .dump();
+}
+
+std::shared_ptr<Logger> make_jsonl_logger(const std::string& path, bool append) {
+  return std::make_shared<JsonlLogger>(path, append);
+}
+
+}  // namespace ht

@@ -1,0 +1,26 @@
+// Learning-rate schedules: linear warmup then cosine decay to a floor.
+#include "hybrid/core/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace ht {
+
+double LrSchedule::at(int64_t step) const {
+  if (warmup_steps > 0 && step < warmup_steps)
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (kind == Kind::Constant) return base_lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  const double progress = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
+  const double min_lr = base_lr * min_lr_ratio;
+  return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+LrSchedule::Kind parse_schedule_kind(const std::string& name) {
+  if (name == "cosine") return LrSchedule::Kind::Cosine;
+  if (name == "constant") return LrSchedule::Kind::Constant;
+  throw std::invalid_argument("unknown lr schedule '" + name + "' (allowed: cosine, constant)");
+}
+
+}  // namespace ht

@@ -1,0 +1,377 @@
+// The training loop: plain full steps (or a StepStrategy's), evaluation, periodic and emergency
+// checkpoints, exact resume, and the response ladder when a step runs out of memory.
+#include "hybrid/core/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint_file.h"
+
+namespace ht {
+namespace {
+
+std::string step_name(int64_t step) { return "step " + std::to_string(step); }
+
+// Global L2 norm of all gradients, [] -> double. One small reduction per tensor.
+double global_grad_norm(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> norms;
+  norms.reserve(params.size());
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().norm());
+  if (norms.empty()) return 0.0;
+  return torch::stack(norms).norm().item<double>();
+}
+
+void accumulate(EvalStats& into, const EvalStats& s) {
+  into.loss_sum += s.loss_sum;
+  into.correct += s.correct;
+  into.count += s.count;
+  into.has_accuracy = s.has_accuracy;
+}
+
+}  // namespace
+
+Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data,
+                 TrainerOptions options, Logger* logger)
+    : objective_(objective), optimizer_(optimizer), data_(data), options_(std::move(options)),
+      logger_(logger) {
+  if (options_.max_steps < 0) throw std::invalid_argument("trainer: max_steps must be >= 0");
+  if (options_.grad_accum < 1) throw std::invalid_argument("trainer: grad_accum must be >= 1");
+  if (options_.micro_splits < 1) throw std::invalid_argument("trainer: micro_splits must be >= 1");
+  if (!logger_) {
+    null_logger_ = std::make_unique<Logger>();
+    logger_ = null_logger_.get();
+  }
+  last_checkpoint_time_ = std::chrono::steady_clock::now();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::set_strategy(std::unique_ptr<StepStrategy> strategy) { strategy_ = std::move(strategy); }
+
+void Trainer::set_lr_for_current_step() { optimizer_.set_lr(options_.schedule.at(step_)); }
+
+double Trainer::forward_loss(const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  return objective_.loss(batch).item<double>();
+}
+
+FullStepResult Trainer::full_step_once() {
+  set_lr_for_current_step();
+  optimizer_.zero_grad();
+  FullStepResult r;
+  double loss_sum = 0.0;
+  for (int64_t a = 0; a < options_.grad_accum; ++a) {
+    const Batch batch = data_.next_train_batch();
+    const int64_t rows = batch.input.size(0);
+    const int64_t splits = std::min<int64_t>(options_.micro_splits, rows);
+    // Chunks weighted by their share of rows, so any split gives the same mean-loss gradient.
+    const auto inputs = batch.input.tensor_split(splits);
+    const auto targets = batch.target.tensor_split(splits);
+    for (int64_t s = 0; s < splits; ++s) {
+      const Batch chunk{inputs[s], targets[s]};
+      const double weight = static_cast<double>(chunk.input.size(0)) / rows / options_.grad_accum;
+      at::Tensor loss = objective_.loss(chunk);
+      const double value = loss.item<double>();
+      if (!std::isfinite(value))
+        throw TrainingError(step_name(step_ + 1) + ": the training loss is " + std::to_string(value) +
+                            ". Lower the learning rate, keep grad_clip on, or check the data.");
+      (loss * weight).backward();
+      loss_sum += value * weight;
+    }
+    r.items += data_.items_per_batch();
+  }
+  r.loss = loss_sum;
+  r.grad_norm = global_grad_norm(optimizer_.parameters());
+  if (!std::isfinite(r.grad_norm))
+    throw TrainingError(step_name(step_ + 1) + ": the gradient norm is " +
+                        std::to_string(r.grad_norm) +
+                        " (the loss was finite). Lower the learning rate or enable grad_clip.");
+  if (options_.grad_clip > 0 && r.grad_norm > options_.grad_clip) {
+    torch::NoGradGuard no_grad;
+    const double scale = options_.grad_clip / (r.grad_norm + 1e-6);
+    for (const auto& p : optimizer_.parameters())
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  optimizer_.step();
+  return r;
+}
+
+FullStepResult Trainer::full_step() {
+  const DataCursor start = data_.cursor();
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return full_step_once();
+    } catch (const c10::OutOfMemoryError& e) {
+      if (!options_.memory.enabled) throw;
+      // Nothing was applied: the optimizers allocate nothing while they write. Rewind and retry.
+      data_.restore(start);
+      optimizer_.zero_grad();
+      respond_to_memory_pressure(e.what_without_backtrace(), attempt);
+    }
+  }
+}
+
+void Trainer::respond_to_memory_pressure(const std::string& what, int attempt) {
+  const std::string where = step_name(step_ + 1) + ": out of memory; ";
+  if (attempt == 0) {  // rung 1: the freed temporaries of the failed attempt sit in the cache
+    const int64_t released = release_cached_blocks();
+    logger_->on_message(Level::Warning, where + "released " + std::to_string(released >> 20) +
+                                            " MiB of cached blocks, retrying");
+    return;
+  }
+  if (!recompute_tried_) {  // rung 2
+    recompute_tried_ = true;
+    if (options_.memory.enable_recompute && options_.memory.enable_recompute()) {
+      logger_->on_message(Level::Warning, where + "activation recompute turned on, retrying");
+      return;
+    }
+  }
+  if (options_.micro_splits * 2 <= options_.memory.max_micro_splits) {  // rung 3
+    options_.micro_splits *= 2;
+    logger_->on_message(Level::Warning, where + "splitting each batch into " +
+                                            std::to_string(options_.micro_splits) +
+                                            " micro-batches (same effective batch), retrying");
+    return;
+  }
+  std::string path = options_.memory.emergency_checkpoint_path;  // rung 4
+  if (path.empty())
+    path = options_.checkpoint.dir.empty()
+               ? std::string("emergency.ht")
+               : (std::filesystem::path(options_.checkpoint.dir) / "emergency.ht").string();
+  save_emergency_checkpoint(path);
+  logger_->on_checkpoint(path, step_);
+  throw OutOfMemoryExit(
+      where + "still failing with recompute and " + std::to_string(options_.micro_splits) +
+          " micro-batches (" + what + "). All progress is saved in '" + path +
+          "'. Raise memory.budget, lower the batch size or sequence length, or use a smaller "
+          "model; then resume from that checkpoint.",
+      path);
+}
+
+void Trainer::save_emergency_checkpoint(const std::string& path) {
+  // Releasing the cache first gives serialisation the room it needs.
+  release_cached_blocks();
+  const int64_t budget = allocator_stats().budget_bytes;
+  set_memory_budget(0);  // the archive's buffers must not fail the save that rescues the run
+  try {
+    save_checkpoint(path);
+  } catch (...) {
+    set_memory_budget(budget);
+    throw;
+  }
+  set_memory_budget(budget);
+}
+
+StepRecord Trainer::train_step() {
+  if (strategy_) return strategy_->run_step(*this);
+  reset_peak_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  const FullStepResult r = full_step();
+  advance_step();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  StepRecord rec;
+  rec.step = step_;
+  rec.phase = "full";
+  rec.loss = r.loss;
+  rec.lr = optimizer_.lr();
+  rec.grad_norm = r.grad_norm;
+  rec.ms = ms;
+  rec.items_per_sec = ms > 0 ? r.items / (ms / 1000.0) : 0.0;
+  const AllocatorStats mem = allocator_stats();
+  rec.tensor_bytes = mem.current_bytes;
+  rec.peak_bytes = mem.peak_bytes;
+  return rec;
+}
+
+EvalRecord Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto& module = objective_.module();
+  const bool was_training = module.is_training();
+  module.eval();
+  EvalStats total;
+  int64_t n = data_.num_val_batches();
+  if (options_.eval_batches >= 0) n = std::min(n, options_.eval_batches);
+  for (int64_t i = 0; i < n; ++i) {
+    const Batch batch = data_.val_batch(i);
+    // Under memory pressure evaluation splits its batches too (sums are split-invariant).
+    for (int64_t splits = options_.micro_splits;; splits *= 2) {
+      try {
+        const int64_t chunks = std::min<int64_t>(splits, batch.input.size(0));
+        const auto inputs = batch.input.tensor_split(chunks);
+        const auto targets = batch.target.tensor_split(chunks);
+        EvalStats part;
+        for (int64_t c = 0; c < chunks; ++c) accumulate(part, objective_.evaluate(Batch{inputs[c], targets[c]}));
+        accumulate(total, part);
+        break;
+      } catch (const c10::OutOfMemoryError&) {
+        release_cached_blocks();
+        if (!options_.memory.enabled || splits >= batch.input.size(0)) throw;
+      }
+    }
+  }
+  module.train(was_training);
+  EvalRecord rec;
+  rec.step = step_;
+  rec.items = total.count;
+  if (total.count > 0) {
+    rec.val_loss = total.loss_sum / static_cast<double>(total.count);
+    if (total.has_accuracy) rec.accuracy = total.correct / static_cast<double>(total.count);
+  }
+  rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return rec;
+}
+
+EvalRecord Trainer::fit() {
+  EvalRecord last;
+  const int64_t eval_every = options_.eval_every;
+  while (step_ < options_.max_steps && !stop_requested_) {
+    StepRecord rec = train_step();
+    logger_->on_step(rec);
+    if (eval_every > 0 && step_ % eval_every == 0 && step_ < options_.max_steps) {
+      last = evaluate();
+      logger_->on_eval(last);
+    }
+    maybe_checkpoint();
+  }
+  if (strategy_) strategy_->on_finish(*this);
+  last = evaluate();
+  logger_->on_eval(last);
+  if (!options_.checkpoint.dir.empty() && last_checkpoint_step_ != step_) {
+    const std::string path = checkpoint_path(options_.checkpoint.dir, step_);
+    save_checkpoint(path);
+    prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last);
+    last_checkpoint_step_ = step_;
+    logger_->on_checkpoint(path, step_);
+  }
+  return last;
+}
+
+void Trainer::maybe_checkpoint() {
+  const auto& c = options_.checkpoint;
+  if (c.dir.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const bool by_steps = c.every_steps > 0 && step_ % c.every_steps == 0;
+  const bool by_time = c.every_seconds > 0 &&
+                       std::chrono::duration<double>(now - last_checkpoint_time_).count() >= c.every_seconds;
+  if (!(by_steps || by_time) || last_checkpoint_step_ == step_) return;
+  const std::string path = checkpoint_path(c.dir, step_);
+  save_checkpoint(path);
+  prune_checkpoints(c.dir, c.keep_last);
+  last_checkpoint_time_ = now;
+  last_checkpoint_step_ = step_;
+  logger_->on_checkpoint(path, step_);
+}
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+void Trainer::save_checkpoint(const std::string& path) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::OutputArchive root;
+  root.write("format_version", torch::tensor(static_cast<int64_t>(1)));
+  root.write("step", torch::tensor(step_));
+  root.write("config", c10::IValue(options_.config_text));
+  root.write("micro_splits", torch::tensor(options_.micro_splits));
+
+  torch::serialize::OutputArchive model;
+  for (const auto& kv : objective_.module().named_parameters()) model.write(kv.key(), kv.value());
+  for (const auto& kv : objective_.module().named_buffers()) model.write(kv.key(), kv.value(), true);
+  root.write("model", model);
+
+  torch::serialize::OutputArchive opt;
+  optimizer_.save(opt);
+  root.write("optimizer", opt);
+
+  const DataCursor cur = data_.cursor();
+  root.write("data", torch::tensor({static_cast<int64_t>(cur.seed), cur.epoch, cur.position}));
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    root.write("rng", gen.get_state());
+  }
+  if (strategy_) {
+    torch::serialize::OutputArchive s;
+    strategy_->save(s);
+    root.write("strategy", s);
+  }
+  std::string payload;
+  root.save_to([&](const void* data, size_t n) {
+    payload.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  write_checkpoint_file(path, payload);
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const std::string payload = read_checkpoint_file(path);
+  torch::serialize::InputArchive root;
+  root.load_from(payload.data(), payload.size());
+  torch::NoGradGuard no_grad;
+
+  torch::serialize::InputArchive model;
+  root.read("model", model);
+  auto copy_into = [&](const std::string& name, at::Tensor& dst, bool is_buffer) {
+    at::Tensor src;
+    if (!model.try_read(name, src, is_buffer))
+      throw CheckpointError("checkpoint '" + path + "' has no tensor '" + name +
+                            "': it was saved from a different model (check the model config)");
+    if (!src.sizes().equals(dst.sizes()))
+      throw CheckpointError("checkpoint '" + path + "': '" + name + "' has shape " +
+                            c10::str(src.sizes()) + " but the model expects " + c10::str(dst.sizes()) +
+                            " (check the model config)");
+    dst.copy_(src);  // in place: the optimizer and any strategy keep pointing at the same storage
+  };
+  for (auto& kv : objective_.module().named_parameters()) copy_into(kv.key(), kv.value(), false);
+  for (auto& kv : objective_.module().named_buffers()) copy_into(kv.key(), kv.value(), true);
+
+  torch::serialize::InputArchive opt;
+  root.read("optimizer", opt);
+  optimizer_.load(opt);
+
+  // A fresh tensor per read: reading into a defined tensor would try to resize its storage.
+  auto read = [&](const char* key) {
+    at::Tensor t;
+    root.read(key, t);
+    return t;
+  };
+  step_ = read("step").item<int64_t>();
+  options_.micro_splits = std::max(options_.micro_splits, read("micro_splits").item<int64_t>());
+  const at::Tensor cursor = read("data");  // [3]: seed, epoch, position
+  data_.restore(DataCursor{static_cast<uint64_t>(cursor[0].item<int64_t>()), cursor[1].item<int64_t>(),
+                           cursor[2].item<int64_t>()});
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(read("rng"));
+  }
+  if (strategy_) {
+    torch::serialize::InputArchive s;
+    if (!root.try_read("strategy", s))
+      throw CheckpointError("checkpoint '" + path +
+                            "' was written without the hybrid engine; resume it in the mode it was saved in");
+    strategy_->load(s);
+  }
+  last_checkpoint_step_ = step_;
+  last_checkpoint_time_ = std::chrono::steady_clock::now();
+}
+
+std::string Trainer::resume_latest(const std::string& dir) {
+  for (const auto& path : list_checkpoints(dir)) {
+    try {
+      load_checkpoint(path);
+      logger_->on_message(Level::Info, "resumed from '" + path + "' at step " + std::to_string(step_));
+      return path;
+    } catch (const CheckpointError& e) {
+      logger_->on_message(Level::Warning, std::string(e.what()) + "; trying the previous checkpoint");
+    }
+  }
+  return "";
+}
+
+}  // namespace ht

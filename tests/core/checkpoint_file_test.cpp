@@ -1,0 +1,76 @@
+// Crash-safe checkpoint files: round trip, and truncation / corruption / wrong files detected.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hybrid/core/checkpoint_file.h"
+
+namespace ht {
+namespace fs = std::filesystem;
+
+class CheckpointFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ht-ckpt-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(CheckpointFileTest, RoundTripsAndLeavesNoTempFile) {
+  const std::string payload(100000, 'x');
+  write_checkpoint_file(path("a.ht"), payload);
+  EXPECT_EQ(read_checkpoint_file(path("a.ht")), payload);
+  EXPECT_FALSE(fs::exists(path("a.ht.tmp")));
+}
+
+TEST_F(CheckpointFileTest, DetectsTruncation) {
+  write_checkpoint_file(path("a.ht"), std::string(5000, 'y'));
+  fs::resize_file(path("a.ht"), 3000);
+  try {
+    read_checkpoint_file(path("a.ht"));
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CheckpointFileTest, DetectsAFlippedByte) {
+  write_checkpoint_file(path("a.ht"), std::string(5000, 'z'));
+  {
+    std::fstream f(path("a.ht"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2500);
+    f.put('Q');
+  }
+  try {
+    read_checkpoint_file(path("a.ht"));
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CheckpointFileTest, RejectsFilesThatAreNotCheckpoints) {
+  std::ofstream(path("notes.ht")) << "hello, this is not a checkpoint at all";
+  EXPECT_THROW(read_checkpoint_file(path("notes.ht")), CheckpointError);
+  EXPECT_THROW(read_checkpoint_file(path("missing.ht")), CheckpointError);
+}
+
+TEST_F(CheckpointFileTest, ListsNewestFirstAndPrunesToKeepLast) {
+  for (int step : {5, 100, 20, 7}) write_checkpoint_file(checkpoint_path(dir_.string(), step), "p");
+  auto all = list_checkpoints(dir_.string());
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0], checkpoint_path(dir_.string(), 100));
+  EXPECT_EQ(all[3], checkpoint_path(dir_.string(), 5));
+  prune_checkpoints(dir_.string(), 2);
+  all = list_checkpoints(dir_.string());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1], checkpoint_path(dir_.string(), 20));
+}
+
+}  // namespace ht

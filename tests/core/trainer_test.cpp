@@ -1,0 +1,201 @@
+// The trainer end to end on a toy regression: learning, exact resume, corrupt-checkpoint
+// fallback, NaN detection, gradient accumulation, and the out-of-memory ladder.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/trainer.h"
+#include "support/toy_problem.h"
+
+namespace ht {
+namespace fs = std::filesystem;
+using testing::ToyData;
+using testing::ToyNet;
+
+namespace {
+
+struct ToyRun {
+  std::shared_ptr<ToyNet> net;
+  std::unique_ptr<Objective> objective;
+  std::unique_ptr<Optimizer> optimizer;
+  ToyData data;
+  std::unique_ptr<Trainer> trainer;
+
+  explicit ToyRun(TrainerOptions o, int64_t batch = 64) : data(batch) {
+    torch::manual_seed(42);
+    net = std::make_shared<ToyNet>();
+    objective = testing::toy_objective(net);
+    AdamWOptions a;
+    a.lr = o.schedule.base_lr;
+    optimizer = make_adamw(net->parameters(), a);
+    trainer = std::make_unique<Trainer>(*objective, *optimizer, data, std::move(o));
+  }
+};
+
+TrainerOptions options(int64_t steps) {
+  TrainerOptions o;
+  o.max_steps = steps;
+  o.schedule.base_lr = 1e-2;
+  o.schedule.warmup_steps = 10;
+  o.schedule.total_steps = steps;
+  return o;
+}
+
+void expect_same_weights(torch::nn::Module& a, torch::nn::Module& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& kv : pa) EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
+}
+
+std::string temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("ht-trainer-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(d);
+  return d.string();
+}
+
+}  // namespace
+
+TEST(Trainer, LossDropsOnARealProblem) {
+  ToyRun run(options(300));
+  const double before = run.trainer->evaluate().val_loss;
+  const double after = run.trainer->fit().val_loss;
+  EXPECT_LT(after, 0.2 * before) << "before " << before << " after " << after;
+  EXPECT_EQ(run.trainer->step(), 300);
+}
+
+TEST(Trainer, ResumeIsBitExact) {
+  const std::string dir = temp_dir("resume");
+  ToyRun straight(options(60));
+  straight.trainer->fit();
+
+  auto half = options(60);
+  half.max_steps = 30;
+  half.checkpoint.dir = dir;
+  ToyRun first(half);
+  first.trainer->fit();  // writes ckpt at step 30
+
+  ToyRun second(options(60));
+  torch::manual_seed(999);  // resume must restore the RNG itself
+  ASSERT_EQ(second.trainer->resume_latest(dir), checkpoint_path(dir, 30));
+  EXPECT_EQ(second.trainer->step(), 30);
+  second.trainer->fit();
+  expect_same_weights(*straight.net, *second.net);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, CorruptNewestCheckpointFallsBackToThePreviousGoodOne) {
+  const std::string dir = temp_dir("corrupt");
+  auto o = options(20);
+  o.checkpoint.dir = dir;
+  o.checkpoint.every_steps = 10;
+  ToyRun run(o);
+  run.trainer->fit();
+  ASSERT_TRUE(fs::exists(checkpoint_path(dir, 20)));
+  fs::resize_file(checkpoint_path(dir, 20), fs::file_size(checkpoint_path(dir, 20)) / 2);
+
+  struct Capture : Logger {
+    std::string warnings;
+    void on_message(Level l, const std::string& m) override {
+      if (l == Level::Warning) warnings += m;
+    }
+  } capture;
+  ToyRun resumed(options(20));
+  Trainer t(*resumed.objective, *resumed.optimizer, resumed.data, options(20), &capture);
+  EXPECT_EQ(t.resume_latest(dir), checkpoint_path(dir, 10));
+  EXPECT_EQ(t.step(), 10);
+  EXPECT_NE(capture.warnings.find("truncated"), std::string::npos) << capture.warnings;
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, CheckpointOfAnotherModelIsRejectedByName) {
+  const std::string dir = temp_dir("othermodel");
+  auto o = options(2);
+  o.checkpoint.dir = dir;
+  ToyRun small(o);
+  small.trainer->fit();
+
+  torch::manual_seed(1);
+  auto wide = std::make_shared<ToyNet>(64);
+  auto obj = testing::toy_objective(wide);
+  auto opt = make_adamw(wide->parameters(), {});
+  ToyData data;
+  Trainer t(*obj, *opt, data, options(2));
+  try {
+    t.load_checkpoint(checkpoint_path(dir, 2));
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("fc1.weight"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, NonFiniteLossStopsWithAClearError) {
+  auto o = options(50);
+  o.schedule.base_lr = 1e6;  // diverges within a few steps
+  o.grad_clip = 0;
+  ToyRun run(o);
+  try {
+    run.trainer->fit();
+    FAIL() << "expected divergence to be reported";
+  } catch (const TrainingError& e) {
+    EXPECT_NE(std::string(e.what()).find("learning rate"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, MicroBatchSplitsGiveTheSameStep) {
+  ToyRun whole(options(5));
+  auto o = options(5);
+  o.micro_splits = 4;
+  ToyRun split(o);
+  whole.trainer->fit();
+  split.trainer->fit();
+  for (const auto& kv : whole.net->named_parameters())
+    EXPECT_TRUE(torch::allclose(kv.value(), split.net->named_parameters()[kv.key()], 1e-5, 1e-6)) << kv.key();
+}
+
+TEST(Trainer, TrainsThroughMemoryPressureAndMatchesAnUnconstrainedRun) {
+  ToyRun free_run(options(20), 16384);
+  free_run.trainer->fit();
+
+  ToyRun tight(options(20), 16384);
+  release_cached_blocks();
+  // Room for the model and data but not for the activations of a whole 16384-row batch.
+  const int64_t budget = allocator_stats().current_bytes + (3 << 20);
+  set_memory_budget(budget);
+  EvalRecord last;
+  EXPECT_NO_THROW(last = tight.trainer->fit());
+  set_memory_budget(0);
+  EXPECT_GT(tight.trainer->options().micro_splits, 1);
+  for (const auto& kv : free_run.net->named_parameters())
+    EXPECT_TRUE(torch::allclose(kv.value(), tight.net->named_parameters()[kv.key()], 1e-4, 1e-5)) << kv.key();
+}
+
+TEST(Trainer, HopelessBudgetWritesAnEmergencyCheckpointThatResumes) {
+  const std::string dir = temp_dir("emergency");
+  auto o = options(10);
+  o.checkpoint.dir = dir;
+  o.memory.max_micro_splits = 2;
+  ToyRun run(o, 4096);
+  for (int i = 0; i < 3; ++i) run.trainer->train_step();
+  release_cached_blocks();
+  set_memory_budget(allocator_stats().current_bytes + (64 << 10));
+  try {
+    run.trainer->fit();
+    set_memory_budget(0);
+    FAIL() << "expected OutOfMemoryExit";
+  } catch (const OutOfMemoryExit& e) {
+    set_memory_budget(0);
+    EXPECT_NE(std::string(e.what()).find("memory.budget"), std::string::npos) << e.what();
+    ToyRun resumed(options(10), 4096);
+    resumed.trainer->load_checkpoint(e.checkpoint_path);
+    EXPECT_EQ(resumed.trainer->step(), 3);
+    expect_same_weights(*run.net, *resumed.net);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace ht
