@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -19,13 +20,16 @@ namespace {
 
 constexpr int64_t kKind = 8;  // archive tag: ht::make_adamw writes 1, SGD 2
 
-// Uniform [0, 1) from a 64-bit counter (splitmix64's finaliser): a counter-based generator, so
-// each element's draw depends only on (step, tensor, moment, element), not on threads or order.
-inline float uniform01(uint64_t z) {
+// Two uniform [0, 1) numbers from one 64-bit counter (splitmix64's finaliser, 24 bits each): a
+// counter-based generator, so each element's draws depend only on (step, tensor, element), not
+// on threads or order.
+inline std::pair<float, float> uniform01_pair(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+  constexpr float k = 1.0f / 16777216.0f;
+  return {static_cast<float>(static_cast<uint32_t>(z >> 40)) * k,
+          static_cast<float>(static_cast<uint32_t>(z >> 16) & 0xFFFFFFu) * k};
 }
 
 bool all_finite(const at::Tensor& g) {
@@ -123,10 +127,9 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
   const at::Tensor g = p.grad().contiguous();
   State& s = states_[index];
   const bool stochastic = quant_.rounding == AdamW8bitOptions::Rounding::Stochastic;
-  // Counter bases for the two moments of this tensor at this step; the element index is added.
-  const uint64_t m_key = (static_cast<uint64_t>(step_) * 0x9E3779B97F4A7C15ull) ^
-                         (static_cast<uint64_t>(2 * index) << 40);
-  const uint64_t v_key = m_key ^ (1ull << 40);
+  // Counter base for this tensor at this step; the element index is added.
+  const uint64_t key = (static_cast<uint64_t>(step_) * 0x9E3779B97F4A7C15ull) ^
+                       (static_cast<uint64_t>(index) << 40);
   const DynamicCode& sc = DynamicCode::signed_code();
   const DynamicCode& uc = DynamicCode::unsigned_code();
   const float b1 = static_cast<float>(opts_.beta1), b2 = static_cast<float>(opts_.beta2);
@@ -161,9 +164,9 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
       const float v_inv = v_max > 0.0f ? 1.0f / v_max : 0.0f;
       if (stochastic) {
         for (int64_t j = 0; j < len; ++j) {
-          const uint64_t e = static_cast<uint64_t>(lo + j);
-          mq[lo + j] = sc.quantize_stochastic(m_new[j] * m_inv, uniform01(m_key + e));
-          vq[lo + j] = uc.quantize_stochastic(v_new[j] * v_inv, uniform01(v_key + e));
+          const auto [u_m, u_v] = uniform01_pair(key + static_cast<uint64_t>(lo + j));
+          mq[lo + j] = sc.quantize_stochastic(m_new[j] * m_inv, u_m);
+          vq[lo + j] = uc.quantize_stochastic(v_new[j] * v_inv, u_v);
         }
       } else {
         for (int64_t j = 0; j < len; ++j) {
