@@ -10,6 +10,17 @@
 
 namespace {
 
+// The training runs here are hundreds of small ops; on a shared 2-core machine every OpenMP
+// barrier can cost a scheduler slice, so they run on one thread (results do not depend on it).
+class OneThread {
+ public:
+  OneThread() : saved_(at::get_num_threads()) { at::set_num_threads(1); }
+  ~OneThread() { at::set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
 // Teacher-student regression: a fixed random 2-layer tanh network labels Gaussian inputs; the
 // student is an MLP with three weight matrices of >= 4096 entries (quantized) and small biases
 // (fp32 moments).
@@ -73,6 +84,7 @@ struct GoldenCase {
 class GoldenRun : public testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenRun, FinalLossMatchesFp32AdamW) {
+  OneThread one_thread;
   const GoldenCase c = GetParam();
   const Task task;
   auto ref_net = fresh_student();
@@ -109,6 +121,7 @@ TEST(AdamW8bit, SecondMomentTracksAnFp32Shadow) {
   // The mechanism behind nearest rounding's bias: along the 8-bit run's own gradients, an fp32
   // shadow of v is what the moment should hold. Nearest rounding drops the increments smaller
   // than half a code gap and v falls ~8 % short by step 150; stochastic rounding stays within 1 %.
+  OneThread one_thread;
   const Task task;
   auto run = [&](Rounding r) {
     auto net = fresh_student();
