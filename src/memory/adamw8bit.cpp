@@ -143,20 +143,27 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
   float* va = s.v_absmax.data_ptr<float>();
   // Blocks are independent, so the result does not depend on the thread count.
   at::parallel_for(0, blocks, std::max<int64_t>(1, 16384 / bs), [&](int64_t begin, int64_t end) {
-    std::vector<float> m_new(bs), v_new(bs);  // one block of updated moments, fp32
+    std::vector<float> m_buf(bs), v_buf(bs);  // one block of moments in fp32
+    float* mb = m_buf.data();
+    float* vb = v_buf.data();
     for (int64_t b = begin; b < end; ++b) {
       const int64_t lo = b * bs, len = std::min(bs, n - lo);
       const float m_scale = ma[b], v_scale = va[b];
+      for (int64_t j = 0; j < len; ++j) {  // table lookups: scalar
+        mb[j] = sc.value(mq[lo + j]) * m_scale;
+        vb[j] = uc.value(vq[lo + j]) * v_scale;
+      }
+      // The parameter moves with the exact fp32 moments; only their storage is 8-bit.
       float m_max = 0.0f, v_max = 0.0f;
+      float* pb = pd + lo;
+      const float* gb = gd + lo;
+#pragma omp simd reduction(max : m_max, v_max)
       for (int64_t j = 0; j < len; ++j) {
-        const int64_t e = lo + j;
-        const float gj = gd[e];
-        const float mj = b1 * (sc.value(mq[e]) * m_scale) + (1.0f - b1) * gj;
-        const float vj = b2 * (uc.value(vq[e]) * v_scale) + (1.0f - b2) * gj * gj;
-        // The parameter moves with the exact fp32 moments; only their storage is 8-bit.
-        pd[e] = pd[e] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
-        m_new[j] = mj;
-        v_new[j] = vj;
+        const float mj = b1 * mb[j] + (1.0f - b1) * gb[j];
+        const float vj = b2 * vb[j] + (1.0f - b2) * gb[j] * gb[j];
+        pb[j] = pb[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+        mb[j] = mj;
+        vb[j] = vj;
         m_max = std::max(m_max, std::fabs(mj));
         v_max = std::max(v_max, vj);
       }
@@ -165,13 +172,13 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
       if (stochastic) {
         for (int64_t j = 0; j < len; ++j) {
           const auto [u_m, u_v] = uniform01_pair(key + static_cast<uint64_t>(lo + j));
-          mq[lo + j] = sc.quantize_stochastic(m_new[j] * m_inv, u_m);
-          vq[lo + j] = uc.quantize_stochastic(v_new[j] * v_inv, u_v);
+          mq[lo + j] = sc.quantize_stochastic(mb[j] * m_inv, u_m);
+          vq[lo + j] = uc.quantize_stochastic(vb[j] * v_inv, u_v);
         }
       } else {
         for (int64_t j = 0; j < len; ++j) {
-          mq[lo + j] = sc.quantize(m_new[j] * m_inv);
-          vq[lo + j] = uc.quantize(v_new[j] * v_inv);
+          mq[lo + j] = sc.quantize(mb[j] * m_inv);
+          vq[lo + j] = uc.quantize(vb[j] * v_inv);
         }
       }
       ma[b] = m_max;

@@ -47,22 +47,33 @@ DynamicCode::DynamicCode(bool is_signed) : values_(dynamic_map(is_signed)) {
   for (int i = 0; i < 255; ++i) midpoints_[i] = 0.5f * (values_[i] + values_[i + 1]);
   midpoints_[255] = midpoints_[256] = std::numeric_limits<float>::infinity();
   zero_index_ = static_cast<uint8_t>(std::find(values_.begin(), values_.end(), 0.0f) - values_.begin());
+  std::copy(values_.begin(), values_.end(), padded_.begin());
+  padded_[256] = padded_[257] = std::numeric_limits<float>::infinity();
   bucket_start_.resize(1 << 16);
+  bucket_floor_.resize(1 << 16);
   for (uint32_t b = 0; b < bucket_start_.size(); ++b) {
     const float lowest = key_to_float(b << 16);
     if (std::isnan(lowest)) {  // buckets of NaN bit patterns: never looked up, keep them bounded
-      bucket_start_[b] = (b & 0x8000u) ? 255 : 0;
+      bucket_start_[b] = bucket_floor_[b] = (b & 0x8000u) ? 254 : 0;
       continue;
     }
     uint32_t j = 0;
     while (j < 255 && midpoints_[j] <= lowest) ++j;
     bucket_start_[b] = static_cast<uint8_t>(j);
+    uint32_t f = 0;
+    while (f < 255 && values_[f + 1] <= lowest) ++f;
+    bucket_floor_[b] = static_cast<uint8_t>(f);
   }
-  // quantize() looks at two midpoints past the bucket start: no bucket may contain three. The
-  // narrowest gap (0.7 % of the value, top of the unsigned code) is wider than a bucket (0.4 %).
-  for (int i = 0; i + 2 < 255; ++i) {
-    const uint32_t k0 = order_key(midpoints_[i]) >> 16, k2 = order_key(midpoints_[i + 2]) >> 16;
-    if (k0 == k2) throw std::logic_error("DynamicCode: three midpoints share a lookup bucket");
+  // The lookups check two midpoints (values) past the bucket's entry, so no bucket may contain
+  // three. The narrowest gap (0.7 % of the value, top of the unsigned code) is wider than a
+  // bucket (<= 0.78 %), so this holds; checked here so that a change of the code cannot break it.
+  for (int i = 0; i + 2 < 256; ++i) {
+    const bool midpoints_share = i + 2 < 255 && (order_key(midpoints_[i]) >> 16) ==
+                                                    (order_key(midpoints_[i + 2]) >> 16);
+    const bool values_share =
+        (order_key(values_[i]) >> 16) == (order_key(values_[i + 2]) >> 16);
+    if (midpoints_share || values_share)
+      throw std::logic_error("DynamicCode: three entries share a lookup bucket");
   }
 }
 

@@ -46,11 +46,12 @@ class DynamicCode {
 
   // Stochastic rounding: one of the two code values bracketing x, the upper one with probability
   // (x - lower) / (upper - lower), so the expected stored value is x. u is uniform in [0, 1).
+  // Same bucket scheme as quantize(), on the code values instead of the midpoints.
   uint8_t quantize_stochastic(float x, float u) const {
-    const int nearest = quantize(x);
+    const uint32_t f = bucket_floor_[order_key(x) >> 16];
     // Branch-free: these comparisons are coin flips, and mispredictions would dominate the step.
-    const int lo = std::clamp(nearest - static_cast<int>(values_[nearest] > x), 0, 254);
-    const float a = values_[lo], b = values_[lo + 1];
+    const int lo = std::min<int>(f + (x >= padded_[f + 1]) + (x >= padded_[f + 2]), 254);
+    const float a = padded_[lo], b = padded_[lo + 1];
     return static_cast<uint8_t>(lo + static_cast<int>(u * (b - a) < x - a));
   }
 
@@ -65,6 +66,8 @@ class DynamicCode {
   std::array<float, 256> values_;
   std::array<float, 257> midpoints_;  // [i] between values_[i] and values_[i+1]; [255..] = +inf
   std::vector<uint8_t> bucket_start_;  // [65536]: nearest index of each bucket's smallest float
+  std::array<float, 258> padded_;      // values_ followed by +inf, +inf
+  std::vector<uint8_t> bucket_floor_;  // [65536]: last value <= each bucket's smallest float
   uint8_t zero_index_ = 0;
 };
 
