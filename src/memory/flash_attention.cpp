@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -206,16 +207,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
       D[t] = s;
     }
     const float* lse_bh = lse.data_ptr<float>() + bh * T;
+    // Views of every query block, made once: tensor views cost about as much as a small GEMM.
+    std::vector<at::Tensor> q_blocks, dy_blocks, dq_blocks;  // [nq, hs] each
+    for (int64_t i0 = 0; i0 < T; i0 += bq) {
+      const int64_t nq = std::min(bq, T - i0);
+      q_blocks.push_back(rows(q, bh, i0, nq));
+      dy_blocks.push_back(rows(dy, bh, i0, nq));
+      dq_blocks.push_back(rows(dq, bh, i0, nq));
+    }
     for (int64_t j0 = 0; j0 < S; j0 += bk) {
       const int64_t nk = std::min(bk, S - j0);
       at::Tensor k_j = rows(k, bh, j0, nk), v_j = rows(v, bh, j0, nk);  // [nk, hs]
+      at::Tensor k_jt = k_j.t(), v_jt = v_j.t();                         // [hs, nk]
       at::Tensor dk_j = rows(dk, bh, j0, nk), dv_j = rows(dv, bh, j0, nk);
       // Causal: query blocks that end before key j0 see none of this block.
-      for (int64_t i0 = causal ? (j0 / bq) * bq : 0; i0 < T; i0 += bq) {
-        const int64_t nq = std::min(bq, T - i0);
-        at::Tensor q_i = rows(q, bh, i0, nq), dy_i = rows(dy, bh, i0, nq);  // [nq, hs]
-        at::Tensor p = tile(p_buf, nq, nk), dp = tile(dp_buf, nq, nk);    // [nq, nk]
-        at::mm_out(p, q_i, k_j.t());
+      for (int64_t ib = causal ? j0 / bq : 0; ib * bq < T; ++ib) {
+        const int64_t i0 = ib * bq, nq = std::min(bq, T - i0);
+        const at::Tensor& q_i = q_blocks[ib];
+        const at::Tensor& dy_i = dy_blocks[ib];
+        at::Tensor p = tile(p_buf, nq, nk), dp = tile(dp_buf, nq, nk);  // [nq, nk]
+        at::mm_out(p, q_i, k_jt);
         float* pd = p.data_ptr<float>();
         for (int64_t r = 0; r < nq; ++r) {
           float* row = pd + r * nk;
@@ -224,17 +235,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
           for (int64_t c = 0; c < vis; ++c) row[c] = row[c] * scale - l;
           for (int64_t c = vis; c < nk; ++c) row[c] = kNegInf;
         }
-        p.exp_();                     // p = softmax probabilities of this tile
-        dv_j.addmm_(p.t(), dy_i);     // dv += p^T dy
-        at::mm_out(dp, dy_i, v_j.t());  // dp = dy v^T
+        p.exp_();                    // p = softmax probabilities of this tile
+        at::Tensor ds_t = dp.t();    // [nk, nq], a view of ds below
+        dv_j.addmm_(p.t(), dy_i);    // dv += p^T dy
+        at::mm_out(dp, dy_i, v_jt);  // dp = dy v^T
         float* dpd = dp.data_ptr<float>();
         for (int64_t r = 0; r < nq; ++r) {
           const float d = D[i0 + r];
           for (int64_t c = 0; c < nk; ++c)  // ds = p * (dp - D), with the 1/sqrt(hs) folded in
             dpd[r * nk + c] = pd[r * nk + c] * (dpd[r * nk + c] - d) * scale;
         }
-        rows(dq, bh, i0, nq).addmm_(dp, k_j);  // dq += ds k
-        dk_j.addmm_(dp.t(), q_i);              // dk += ds^T q
+        dq_blocks[ib].addmm_(dp, k_j);  // dq += ds k
+        dk_j.addmm_(ds_t, q_i);         // dk += ds^T q
       }
     }
   });
