@@ -1,1 +1,91 @@
-int main() { return 0; }
+// hybrid-train: the command-line front end. Parses subcommands with CLI11, runs them, and maps
+// failures to exit codes scripts can rely on (see commands.h).
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "commands.h"
+#include "config.h"
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/trainer.h"
+#include "session.h"
+
+using namespace ht::cli;
+
+int main(int argc, char** argv) {
+  ht::install_tracking_allocator();  // before any tensor exists, so every byte is counted
+
+  CLI::App app{"hybrid-train: train GPT-2 and image models with LibTorch, plainly or with predicted steps"};
+  app.require_subcommand(1);
+
+  std::vector<std::string> train_args;
+  auto* train = app.add_subcommand("train", "train a model: hybrid-train train [CONFIG.toml] [section.key=value ...]");
+  train->add_option("args", train_args, "a config file from configs/, then overrides such as train.steps=500");
+
+  std::string eval_ckpt;
+  std::vector<std::string> eval_overrides;
+  auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on its validation data");
+  eval->add_option("checkpoint", eval_ckpt, "checkpoint file (.ht)")->required();
+  eval->add_option("overrides", eval_overrides, "overrides such as data.val_batches=-1");
+
+  std::string sample_ckpt;
+  SampleOptions sample_opts;
+  auto* sample = app.add_subcommand("sample", "generate text from a GPT checkpoint");
+  sample->add_option("checkpoint", sample_ckpt, "checkpoint file (.ht)")->required();
+  sample->add_option("--prompt", sample_opts.prompt, "text to continue");
+  sample->add_option("--tokens", sample_opts.tokens, "tokens to generate")->check(CLI::Range(1, 100000));
+  sample->add_option("--temperature", sample_opts.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  sample->add_option("--top-k", sample_opts.top_k, "0 = all tokens")->check(CLI::Range(0, 1000000));
+  sample->add_option("--seed", sample_opts.seed, "sampling seed");
+
+  std::string info_ckpt;
+  auto* info = app.add_subcommand("info", "describe a checkpoint: step, model, data position, config");
+  info->add_option("checkpoint", info_ckpt, "checkpoint file (.ht)")->required();
+
+  std::vector<std::string> config_args;
+  bool list_keys = false;
+  auto* config = app.add_subcommand("config", "print the resolved config, or every key with --keys");
+  config->add_option("args", config_args, "a config file, then overrides");
+  config->add_flag("--keys", list_keys, "list every key with its default and allowed values");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kOk : kBadUsage;
+  }
+
+  try {
+    if (*train) return run_train(train_args);
+    if (*eval) return run_eval(eval_ckpt, eval_overrides);
+    if (*sample) return run_sample(sample_ckpt, sample_opts);
+    if (*info) return run_info(info_ckpt);
+    if (*config) return run_config(config_args, list_keys);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "config error: %s\n", e.what());
+    return kBadUsage;
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "data error: %s\n", e.what());
+    return kDataUnavailable;
+  } catch (const ht::CheckpointError& e) {
+    std::fprintf(stderr, "checkpoint error: %s\n", e.what());
+    return kBadCheckpoint;
+  } catch (const ht::OutOfMemoryExit& e) {
+    std::fprintf(stderr, "out of memory: %s\n", e.what());
+    return kOutOfMemory;
+  } catch (const ht::TrainingError& e) {
+    std::fprintf(stderr, "training stopped: %s\n", e.what());
+    return kTrainingFailed;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kBadUsage;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+    return kTrainingFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kTrainingFailed;
+  }
+  return kBadUsage;
+}

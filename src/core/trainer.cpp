@@ -27,6 +27,26 @@ double global_grad_norm(const std::vector<at::Tensor>& params) {
   return torch::stack(norms).norm().item<double>();
 }
 
+// Checkpoint tensors are copied into the existing parameters so the optimizer and any strategy
+// keep pointing at the same storage.
+void copy_model_tensors(torch::serialize::InputArchive& model, torch::nn::Module& module,
+                        const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto copy_into = [&](const std::string& name, at::Tensor& dst, bool is_buffer) {
+    at::Tensor src;
+    if (!model.try_read(name, src, is_buffer))
+      throw CheckpointError("checkpoint '" + path + "' has no tensor '" + name +
+                            "': it was saved from a different model (check the model config)");
+    if (!src.sizes().equals(dst.sizes()))
+      throw CheckpointError("checkpoint '" + path + "': '" + name + "' has shape " +
+                            c10::str(src.sizes()) + " but the model expects " + c10::str(dst.sizes()) +
+                            " (check the model config)");
+    dst.copy_(src);
+  };
+  for (auto& kv : module.named_parameters()) copy_into(kv.key(), kv.value(), false);
+  for (auto& kv : module.named_buffers()) copy_into(kv.key(), kv.value(), true);
+}
+
 void accumulate(EvalStats& into, const EvalStats& s) {
   into.loss_sum += s.loss_sum;
   into.correct += s.correct;
@@ -316,19 +336,7 @@ void Trainer::load_checkpoint(const std::string& path) {
 
   torch::serialize::InputArchive model;
   root.read("model", model);
-  auto copy_into = [&](const std::string& name, at::Tensor& dst, bool is_buffer) {
-    at::Tensor src;
-    if (!model.try_read(name, src, is_buffer))
-      throw CheckpointError("checkpoint '" + path + "' has no tensor '" + name +
-                            "': it was saved from a different model (check the model config)");
-    if (!src.sizes().equals(dst.sizes()))
-      throw CheckpointError("checkpoint '" + path + "': '" + name + "' has shape " +
-                            c10::str(src.sizes()) + " but the model expects " + c10::str(dst.sizes()) +
-                            " (check the model config)");
-    dst.copy_(src);  // in place: the optimizer and any strategy keep pointing at the same storage
-  };
-  for (auto& kv : objective_.module().named_parameters()) copy_into(kv.key(), kv.value(), false);
-  for (auto& kv : objective_.module().named_buffers()) copy_into(kv.key(), kv.value(), true);
+  copy_model_tensors(model, objective_.module(), path);
 
   torch::serialize::InputArchive opt;
   root.read("optimizer", opt);
@@ -372,6 +380,50 @@ std::string Trainer::resume_latest(const std::string& dir) {
     }
   }
   return "";
+}
+
+}  // namespace ht
+
+namespace ht {
+
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& module) {
+  const std::string payload = read_checkpoint_file(path);
+  torch::serialize::InputArchive root, model;
+  root.load_from(payload.data(), payload.size());
+  root.read("model", model);
+  copy_model_tensors(model, module, path);
+}
+
+CheckpointSummary inspect_checkpoint(const std::string& path) {
+  const std::string payload = read_checkpoint_file(path);
+  torch::serialize::InputArchive root;
+  root.load_from(payload.data(), payload.size());
+  auto read = [&](const char* key) {
+    at::Tensor t;
+    root.read(key, t);
+    return t;
+  };
+  CheckpointSummary s;
+  s.file_bytes = static_cast<int64_t>(payload.size());
+  s.step = read("step").item<int64_t>();
+  c10::IValue config;
+  root.read("config", config);
+  s.config_text = config.toStringRef();
+  const at::Tensor cursor = read("data");
+  s.cursor = DataCursor{static_cast<uint64_t>(cursor[0].item<int64_t>()), cursor[1].item<int64_t>(),
+                        cursor[2].item<int64_t>()};
+  torch::serialize::InputArchive model;
+  root.read("model", model);
+  for (const auto& key : model.keys()) {
+    at::Tensor t;
+    if (model.try_read(key, t)) {
+      ++s.parameter_tensors;
+      s.parameter_elements += t.numel();
+    }
+  }
+  torch::serialize::InputArchive strategy;
+  s.has_strategy = root.try_read("strategy", strategy);
+  return s;
 }
 
 }  // namespace ht

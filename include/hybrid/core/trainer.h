@@ -82,6 +82,20 @@ class StepStrategy {
   virtual void on_finish(Trainer& /*trainer*/) {}
 };
 
+// What a checkpoint holds, read without building the model (for `hybrid-train info`).
+struct CheckpointSummary {
+  int64_t step = 0;
+  std::string config_text;
+  DataCursor cursor;
+  int64_t file_bytes = 0;
+  int64_t parameter_tensors = 0;
+  int64_t parameter_elements = 0;
+  bool has_strategy = false;
+};
+CheckpointSummary inspect_checkpoint(const std::string& path);
+// Copies a checkpoint's model tensors into `module` in place (for eval and sampling).
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& module);
+
 class Trainer {
  public:
   Trainer(Objective& objective, Optimizer& optimizer, DataSource& data, TrainerOptions options,

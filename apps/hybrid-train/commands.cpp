@@ -1,0 +1,183 @@
+// The CLI's subcommands: train, eval, sample, info, config. They assemble library objects from
+// a Config (session.cpp), run them, and print what a person needs to read.
+#include "commands.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "config.h"
+#include "console_logger.h"
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/runtime.h"
+#include "hybrid/core/trainer.h"
+#include "hybrid/data/byte_codec.h"
+#include "hybrid/models/generate.h"
+#include "hybrid/models/gpt.h"
+#include "session.h"
+
+namespace ht::cli {
+namespace fs = std::filesystem;
+namespace {
+
+std::atomic<Trainer*> g_running_trainer{nullptr};
+std::atomic<bool> g_interrupted{false};
+
+// Asks the trainer to stop after the current step; fit() then evaluates and saves a checkpoint.
+void on_signal(int) {
+  g_interrupted = true;
+  if (Trainer* t = g_running_trainer.load()) t->request_stop();
+}
+
+Config load_config(const std::vector<std::string>& args) {
+  Config c;
+  size_t first_override = 0;
+  if (!args.empty() && args[0].find('=') == std::string::npos) {
+    c = Config::from_file(args[0]);
+    first_override = 1;
+  }
+  for (size_t i = first_override; i < args.size(); ++i) c.set_override(args[i]);
+  return c;
+}
+
+Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides) {
+  const CheckpointSummary summary = inspect_checkpoint(path);
+  Config c = Config::from_string(summary.config_text, path + " (stored config)");
+  for (const auto& o : overrides) c.set_override(o);
+  return c;
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
+  const std::string prompt = o.prompt.empty() ? c.get_string("sample.prompt") : o.prompt;
+  const at::Tensor encoded = encode_bytes(prompt);  // [len]
+  std::vector<int64_t> tokens(encoded.data_ptr<int64_t>(), encoded.data_ptr<int64_t>() + encoded.numel());
+  const int64_t n = o.tokens > 0 ? o.tokens : c.get_int("sample.tokens");
+  const double temperature = o.temperature >= 0 ? o.temperature : c.get_float("sample.temperature");
+  const int64_t top_k = o.top_k >= 0 ? o.top_k : c.get_int("sample.top_k");
+  const std::vector<int64_t> out = generate(gpt, tokens, n, temperature, top_k, o.seed);
+  return decode_bytes(out);
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args) {
+  const Config c = load_config(args);
+  const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
+  set_memory_budget(c.get_bytes("memory.budget"));
+  Session s = build_session(c, /*with_data=*/true);
+  const TrainerOptions options = trainer_options(c);
+  const fs::path out_dir = c.get_string("run.out_dir");
+  fs::create_directories(out_dir);
+
+  const bool resuming = c.get_bool("checkpoint.resume") && !list_checkpoints(options.checkpoint.dir).empty();
+  auto console = std::make_shared<ConsoleLogger>(options.max_steps, c.get_int("run.log_every"));
+  MultiLogger logger;
+  logger.add(console);
+  logger.add(make_jsonl_logger((out_dir / "metrics.jsonl").string(), /*append=*/resuming));
+
+  Trainer trainer(*s.objective, *s.optimizer, *s.data, options, &logger);
+  std::printf("model   %s\ndata    %s\nrun     %s mode, %s, %d threads, output in %s\n", s.model_summary.c_str(),
+              s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(), threads,
+              out_dir.c_str());
+  if (c.get_string("run.mode") != "plain")
+    throw ConfigError("run.mode = " + c.get_string("run.mode") + " is not available in this build (use plain)");
+  if (resuming) {
+    const std::string from = trainer.resume_latest(options.checkpoint.dir);
+    if (from.empty())
+      throw CheckpointError("no readable checkpoint in '" + options.checkpoint.dir +
+                            "' (all are corrupt); move them away or set checkpoint.resume=false");
+    if (trainer.step() >= options.max_steps)
+      std::printf("the checkpoint is already at step %lld of %lld: raise train.steps to train further\n",
+                  static_cast<long long>(trainer.step()), static_cast<long long>(options.max_steps));
+  }
+  console->set_total_steps(options.max_steps, trainer.step());
+
+  g_running_trainer = &trainer;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first_step = trainer.step();
+  const EvalRecord final_eval = trainer.fit();
+  g_running_trainer = nullptr;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const AllocatorStats mem = allocator_stats();
+  std::printf("\ntrained steps %lld-%lld in %.1f s (%.1f steps/s); tensor memory %s now, peak %s\n",
+              static_cast<long long>(first_step), static_cast<long long>(trainer.step()), seconds,
+              (trainer.step() - first_step) / std::max(seconds, 1e-9), mib(mem.current_bytes).c_str(),
+              mib(mem.peak_bytes).c_str());
+  std::printf("validation loss %.4f", final_eval.val_loss);
+  if (std::isfinite(final_eval.accuracy)) std::printf(", accuracy %.2f %%", 100.0 * final_eval.accuracy);
+  if (s.gpt && s.byte_level) std::printf(" (%.3f bits per byte)", final_eval.val_loss / std::log(2.0));
+  std::printf("\ncheckpoints in %s, metrics in %s\n", options.checkpoint.dir.c_str(),
+              (out_dir / "metrics.jsonl").c_str());
+  if (s.gpt && s.byte_level) {
+    std::printf("\nsample (prompt \"%s\", temperature %.2f, top-k %lld):\n%s\n", c.get_string("sample.prompt").c_str(),
+                c.get_float("sample.temperature"), static_cast<long long>(c.get_int("sample.top_k")),
+                sample_text(*s.gpt, c, SampleOptions{}).c_str());
+  }
+  if (g_interrupted) {
+    std::printf("interrupted: progress saved; run the same command again to resume\n");
+    return kInterrupted;
+  }
+  return kOk;
+}
+
+int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides) {
+  const Config c = config_of_checkpoint(checkpoint, overrides);
+  set_threads(static_cast<int>(c.get_int("run.threads")));
+  Session s = build_session(c, /*with_data=*/true);
+  Trainer trainer(*s.objective, *s.optimizer, *s.data, trainer_options(c));
+  trainer.load_checkpoint(checkpoint);
+  const EvalRecord r = trainer.evaluate();
+  std::printf("%s at step %lld: validation loss %.4f over %lld items", checkpoint.c_str(),
+              static_cast<long long>(r.step), r.val_loss, static_cast<long long>(r.items));
+  if (std::isfinite(r.accuracy)) std::printf(", accuracy %.2f %%", 100.0 * r.accuracy);
+  std::printf("\n");
+  return kOk;
+}
+
+int run_sample(const std::string& checkpoint, const SampleOptions& options) {
+  const Config c = config_of_checkpoint(checkpoint, {});
+  set_threads(static_cast<int>(c.get_int("run.threads")));
+  Session s = build_session(c, /*with_data=*/false);
+  if (!s.gpt) throw ConfigError("sample needs a GPT checkpoint; this one holds a " + c.get_string("model.kind"));
+  if (c.get_string("data.dataset") == "tokens")
+    throw ConfigError("sample prints text for byte-level models only; this one was trained on token ids");
+  load_checkpoint_weights(checkpoint, *s.gpt);
+  std::printf("%s\n", sample_text(*s.gpt, c, options).c_str());
+  return kOk;
+}
+
+int run_info(const std::string& checkpoint) {
+  const CheckpointSummary s = inspect_checkpoint(checkpoint);
+  std::printf("checkpoint   %s (%s)\nstep         %lld\nparameters   %lld tensors, %.3fM elements\n"
+              "data cursor  seed %llu, epoch %lld, batch %lld\nhybrid state %s\n\n[stored config]\n%s",
+              checkpoint.c_str(), mib(s.file_bytes).c_str(), static_cast<long long>(s.step),
+              static_cast<long long>(s.parameter_tensors), s.parameter_elements / 1e6,
+              static_cast<unsigned long long>(s.cursor.seed), static_cast<long long>(s.cursor.epoch),
+              static_cast<long long>(s.cursor.position), s.has_strategy ? "yes" : "no", s.config_text.c_str());
+  return kOk;
+}
+
+int run_config(const std::vector<std::string>& args, bool list_keys) {
+  const Config c = load_config(args);
+  if (!list_keys) {
+    std::printf("%s", c.to_toml().c_str());
+    return kOk;
+  }
+  for (const auto& k : config_schema()) {
+    std::string allowed;
+    for (const auto& a : k.allowed) allowed += (allowed.empty() ? "" : "|") + a;
+    std::printf("%-26s %-12s %s%s\n", k.key.c_str(), ("= " + k.default_value).c_str(), k.help.c_str(),
+                allowed.empty() ? "" : (" [" + allowed + "]").c_str());
+  }
+  return kOk;
+}
+
+}  // namespace ht::cli

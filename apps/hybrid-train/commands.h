@@ -1,0 +1,35 @@
+// The CLI's subcommands. Each returns a process exit code; errors are thrown and mapped to exit
+// codes in main.cpp (see ExitCode).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ht::cli {
+
+enum ExitCode : int {
+  kOk = 0,
+  kTrainingFailed = 1,   // divergence (NaN/Inf) or another runtime failure
+  kBadUsage = 2,         // flags, config keys or values
+  kDataUnavailable = 3,  // a data set or file that cannot be read
+  kBadCheckpoint = 4,    // missing, truncated or incompatible checkpoint
+  kOutOfMemory = 5,      // memory ladder exhausted; an emergency checkpoint was written
+  kInterrupted = 130,    // SIGINT/SIGTERM: stopped cleanly after saving a checkpoint
+};
+
+struct SampleOptions {
+  std::string prompt;
+  int64_t tokens = -1;       // -1: from the config
+  double temperature = -1;   // -1: from the config
+  int64_t top_k = -1;        // -1: from the config
+  uint64_t seed = 0;
+};
+
+// config_and_overrides: an optional .toml path first, then key=value overrides.
+int run_train(const std::vector<std::string>& config_and_overrides);
+int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides);
+int run_sample(const std::string& checkpoint, const SampleOptions& options);
+int run_info(const std::string& checkpoint);
+int run_config(const std::vector<std::string>& config_and_overrides, bool list_keys);
+
+}  // namespace ht::cli

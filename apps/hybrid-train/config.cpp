@@ -1,0 +1,217 @@
+// Config values: TOML files over defaults, `key=value` overrides, typed getters.
+// Every value is validated when set, so a bad key or value fails before training starts.
+#include "config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace ht::cli {
+namespace {
+
+const char* type_name(KeyType t) {
+  switch (t) {
+    case KeyType::Int: return "an integer";
+    case KeyType::Float: return "a number";
+    case KeyType::Bool: return "true or false";
+    case KeyType::String: return "a string";
+    case KeyType::Size: return "a size (bytes, e.g. 8GiB, or a fraction of RAM like 0.5)";
+  }
+  return "?";
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+bool parse_int(const std::string& s, int64_t& out) {
+  try {
+    size_t used = 0;
+    out = std::stoll(s, &used);
+    return used == s.size();
+  } catch (...) {
+    return false;
+  }
+}
+
+bool parse_float(const std::string& s, double& out) {
+  try {
+    size_t used = 0;
+    out = std::stod(s, &used);
+    return used == s.size() && std::isfinite(out);
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string toml_string(const std::string& v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out + "\"";
+}
+
+int64_t physical_ram_bytes() {
+  return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+}
+
+}  // namespace
+
+int64_t parse_size(const std::string& text) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' || s[i] == 'e')) ++i;
+  double number = 0;
+  if (i == 0 || !parse_float(s.substr(0, i), number) || number < 0)
+    throw ConfigError("'" + text + "' is not a size: use bytes, units like 8GiB / 512MB, or a fraction of RAM like 0.5");
+  std::string unit = s.substr(i);
+  std::transform(unit.begin(), unit.end(), unit.begin(), ::tolower);
+  if (unit.empty()) {
+    if (number > 0 && number <= 1.0) return static_cast<int64_t>(number * physical_ram_bytes());
+    return static_cast<int64_t>(number);
+  }
+  static const std::vector<std::pair<std::string, double>> units = {
+      {"b", 1.0},           {"kb", 1e3},           {"mb", 1e6},           {"gb", 1e9},
+      {"kib", 1024.0},      {"mib", 1048576.0},    {"gib", 1073741824.0}, {"k", 1024.0},
+      {"m", 1048576.0},     {"g", 1073741824.0},   {"tib", 1099511627776.0}};
+  for (const auto& u : units)
+    if (unit == u.first) return static_cast<int64_t>(number * u.second);
+  throw ConfigError("unknown size unit '" + unit + "' in '" + text + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
+}
+
+Config::Config() {
+  for (const auto& k : config_schema()) values_[k.key] = k.default_value;
+}
+
+const KeySpec& Config::spec(const std::string& key) const {
+  for (const auto& k : config_schema())
+    if (k.key == key) return k;
+  // Suggest the keys of the same section, the usual cause being a typo there.
+  const std::string section = key.substr(0, key.find('.'));
+  std::vector<std::string> near;
+  for (const auto& k : config_schema())
+    if (k.key.rfind(section + ".", 0) == 0) near.push_back(k.key);
+  std::vector<std::string> sections;
+  for (const auto& k : config_schema()) {
+    const std::string s = k.key.substr(0, k.key.find('.'));
+    if (std::find(sections.begin(), sections.end(), s) == sections.end()) sections.push_back(s);
+  }
+  throw ConfigError("unknown config key '" + key + "'" +
+                    (near.empty() ? " (sections: " + join(sections) + ")" : " (keys in [" + section + "]: " + join(near) + ")"));
+}
+
+void Config::set(const std::string& key, const std::string& value, const std::string& origin) {
+  const KeySpec& k = spec(key);
+  auto bad = [&](const std::string& why) {
+    return ConfigError(origin + ": " + key + " = '" + value + "' " + why);
+  };
+  std::string canonical = value;
+  int64_t i = 0;
+  double f = 0;
+  switch (k.type) {
+    case KeyType::Int:
+      if (!parse_int(value, i)) throw bad(std::string("is not ") + type_name(k.type));
+      canonical = std::to_string(i);
+      break;
+    case KeyType::Float:
+      if (!parse_float(value, f)) throw bad(std::string("is not ") + type_name(k.type));
+      break;
+    case KeyType::Bool:
+      if (value != "true" && value != "false") throw bad("must be true or false");
+      break;
+    case KeyType::Size:
+      try {
+        parse_size(value);
+      } catch (const ConfigError& e) {
+        throw bad(std::string("is not ") + type_name(k.type));
+      }
+      break;
+    case KeyType::String:
+      break;
+  }
+  if (!k.allowed.empty() && std::find(k.allowed.begin(), k.allowed.end(), value) == k.allowed.end())
+    throw bad("is not allowed (allowed: " + join(k.allowed) + ")");
+  values_[key] = canonical;
+}
+
+void Config::set_override(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("override '" + assignment + "' must look like section.key=value, e.g. train.steps=500");
+  set(assignment.substr(0, eq), assignment.substr(eq + 1), "command line");
+}
+
+Config Config::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open config file '" + path + "' (does it exist? presets are in configs/)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_string(text.str(), path);
+}
+
+Config Config::from_string(const std::string& toml_text, const std::string& path) {
+  toml::table table;
+  try {
+    table = toml::parse(toml_text, path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream where;
+    where << e.source().begin;
+    throw ConfigError("cannot parse config '" + path + "': " + std::string(e.description()) + " at line " + where.str());
+  }
+  Config c;
+  for (auto&& [section, node] : table) {
+    const auto* sub = node.as_table();
+    if (!sub)
+      throw ConfigError(path + ": top-level key '" + std::string(section.str()) +
+                        "' must be a [section] table (e.g. [train] steps = 500)");
+    for (auto&& [name, value] : *sub) {
+      const std::string key = std::string(section.str()) + "." + std::string(name.str());
+      std::string text;
+      if (auto s = value.value_exactly<std::string>()) text = *s;
+      else if (auto b = value.value_exactly<bool>()) text = *b ? "true" : "false";
+      else if (auto n = value.value_exactly<int64_t>()) text = std::to_string(*n);
+      else if (auto d = value.value_exactly<double>()) text = fmt::format("{}", *d);
+      else throw ConfigError(path + ": " + key + " must be a string, number or boolean");
+      c.set(key, text, path);
+    }
+  }
+  return c;
+}
+
+int64_t Config::get_int(const std::string& key) const { return std::stoll(values_.at(spec(key).key)); }
+double Config::get_float(const std::string& key) const { return std::stod(values_.at(spec(key).key)); }
+bool Config::get_bool(const std::string& key) const { return values_.at(spec(key).key) == "true"; }
+const std::string& Config::get_string(const std::string& key) const { return values_.at(spec(key).key); }
+int64_t Config::get_bytes(const std::string& key) const { return parse_size(values_.at(spec(key).key)); }
+bool Config::is_default(const std::string& key) const { return values_.at(spec(key).key) == spec(key).default_value; }
+
+std::string Config::to_toml() const {
+  std::string out, section;
+  for (const auto& k : config_schema()) {
+    const std::string s = k.key.substr(0, k.key.find('.'));
+    if (s != section) {
+      out += (section.empty() ? "" : "\n") + ("[" + s + "]\n");
+      section = s;
+    }
+    const std::string& v = values_.at(k.key);
+    const bool quoted = k.type == KeyType::String || k.type == KeyType::Size;
+    out += k.key.substr(s.size() + 1) + " = " + (quoted ? toml_string(v) : v) + "\n";
+  }
+  return out;
+}
+
+}  // namespace ht::cli

@@ -1,0 +1,70 @@
+// Every configuration key the CLI understands, with its default and allowed values.
+// Defaults train the tiny GPT on the KJV Bible; presets in configs/ change what they need.
+#include "config.h"
+
+namespace ht::cli {
+
+const std::vector<KeySpec>& config_schema() {
+  using T = KeyType;
+  static const std::vector<KeySpec> schema = {
+      {"run.out_dir", T::String, "runs/default", {}, "directory for metrics.jsonl and checkpoints/"},
+      {"run.seed", T::Int, "1337", {}, "seed for initialisation and data order"},
+      {"run.threads", T::Int, "0", {}, "intra-op threads; 0 = all cores"},
+      {"run.mode", T::String, "plain", {"plain", "hybrid", "lookahead"}, "training mode"},
+      {"run.log_every", T::Int, "10", {}, "print every n-th step when output is not a terminal"},
+
+      {"data.dataset", T::String, "kjv", {"kjv", "fashion-mnist", "text", "tokens"}, "training data"},
+      {"data.path", T::String, "", {}, "file for dataset = text (UTF-8 bytes) or tokens (uint16 ids)"},
+      {"data.fashion_mnist_dir", T::String, "/usr/share/datasets/fashion-mnist", {}, "IDX .gz files"},
+      {"data.batch_size", T::Int, "16", {}, "sequences or images per batch"},
+      {"data.context", T::Int, "128", {}, "tokens per training sequence (text data)"},
+      {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation"},
+      {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all"},
+
+      {"model.kind", T::String, "gpt", {"gpt", "mlp", "cnn"}, "architecture"},
+      {"model.preset", T::String, "tiny", {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}, "GPT size"},
+      {"model.n_layer", T::Int, "0", {}, "override the preset's layers (0 = preset)"},
+      {"model.n_head", T::Int, "0", {}, "override the preset's heads (0 = preset)"},
+      {"model.n_embd", T::Int, "0", {}, "override the preset's width (0 = preset)"},
+      {"model.block_size", T::Int, "0", {}, "override the preset's context (0 = preset)"},
+      {"model.vocab_size", T::Int, "0", {}, "override the vocabulary (0 = preset, 256 for byte data)"},
+      {"model.init_from", T::String, "", {}, "GPT-2 safetensors file to start from"},
+      {"model.attention", T::String, "naive", {"naive", "flash"}, "attention kernel"},
+
+      {"optim.name", T::String, "adamw", {"adamw", "sgd", "adamw8bit"}, "optimizer"},
+      {"optim.lr", T::Float, "0.003", {}, "peak learning rate"},
+      {"optim.weight_decay", T::Float, "0.1", {}, "decoupled weight decay (matrices only)"},
+      {"optim.beta1", T::Float, "0.9", {}, "Adam beta1"},
+      {"optim.beta2", T::Float, "0.95", {}, "Adam beta2"},
+      {"optim.eps", T::Float, "1e-8", {}, "Adam epsilon"},
+      {"optim.momentum", T::Float, "0.9", {}, "SGD momentum"},
+      {"optim.grad_clip", T::Float, "1.0", {}, "max global gradient norm; 0 = off"},
+      {"optim.grad_accum", T::Int, "1", {}, "batches per optimizer step"},
+
+      {"schedule.kind", T::String, "cosine", {"cosine", "constant"}, "learning-rate schedule"},
+      {"schedule.warmup_steps", T::Int, "100", {}, "linear warmup steps"},
+      {"schedule.min_lr_ratio", T::Float, "0.1", {}, "cosine floor as a fraction of optim.lr"},
+
+      {"train.steps", T::Int, "2000", {}, "optimizer steps in total"},
+      {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end"},
+
+      {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off"},
+      {"checkpoint.every_seconds", T::Float, "300", {}, "save every n seconds; 0 = off"},
+      {"checkpoint.keep_last", T::Int, "3", {}, "checkpoints kept in out_dir/checkpoints"},
+      {"checkpoint.resume", T::Bool, "true", {}, "continue from the newest good checkpoint in out_dir"},
+
+      {"memory.budget", T::Size, "0", {}, "tensor memory budget: bytes, 8GiB, or a fraction of RAM; 0 = none"},
+      {"memory.warn_fraction", T::Float, "0.85", {}, "warn above this share of the budget"},
+      {"memory.critical_fraction", T::Float, "0.95", {}, "act above this share of the budget"},
+      {"memory.recompute", T::String, "none", {"none", "selective", "full"}, "activation recompute"},
+      {"memory.recompute_every", T::Int, "1", {}, "full recompute: every n-th block"},
+
+      {"sample.prompt", T::String, "And God said", {}, "prompt for `sample` and the end of `train`"},
+      {"sample.tokens", T::Int, "200", {}, "tokens to generate"},
+      {"sample.temperature", T::Float, "0.8", {}, "sampling temperature; 0 = greedy"},
+      {"sample.top_k", T::Int, "40", {}, "sample among the k most likely tokens; 0 = all"},
+  };
+  return schema;
+}
+
+}  // namespace ht::cli

@@ -1,0 +1,168 @@
+// Builds model, objective, data and optimizer from a Config. Config keys are read here and in
+// trainer_options() only, so what a key does is visible in one file.
+#include "session.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "hybrid/core/optimizer.h"
+#include "hybrid/data/fashion_mnist.h"
+#include "hybrid/data/kjv.h"
+#include "hybrid/data/text_source.h"
+#include "hybrid/data/token_corpus.h"
+#include "hybrid/models/gpt.h"
+#include "hybrid/models/gpt_objective.h"
+#include "hybrid/models/gpt_weights.h"
+#include "hybrid/models/image_classifier.h"
+
+namespace ht::cli {
+namespace {
+
+bool is_text_data(const std::string& dataset) { return dataset != "fashion-mnist"; }
+
+std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
+  const std::string dataset = c.get_string("data.dataset");
+  const int64_t batch = c.get_int("data.batch_size");
+  const auto seed = static_cast<uint64_t>(c.get_int("run.seed"));
+  const int64_t val_batches = std::max<int64_t>(0, c.get_int("data.val_batches"));
+  if (batch < 1) throw ConfigError("data.batch_size must be >= 1");
+  try {
+    if (dataset == "fashion-mnist") {
+      FashionMnistSplit split;
+      split.max_val_batches = val_batches;
+      auto src = std::make_unique<FashionMnistSource>(c.get_string("data.fashion_mnist_dir"), batch, seed, split);
+      s.data_summary = fmt::format("fashion-mnist: {} train / {} validation images, batch {}",
+                                   src->num_train(), src->num_val(), batch);
+      return src;
+    }
+    TokenCorpus corpus = [&] {
+      if (dataset == "kjv") return load_kjv();
+      const std::string path = c.get_string("data.path");
+      if (path.empty())
+        throw ConfigError("data.dataset = " + dataset + " needs data.path (a " +
+                          (dataset == "text" ? "UTF-8 text file" : "file of uint16 token ids") + ")");
+      return dataset == "text" ? TokenCorpus::from_text_file(path) : TokenCorpus::from_token_file(path);
+    }();
+    s.byte_level = dataset != "tokens";
+    const int64_t context = c.get_int("data.context");
+    auto src = std::make_unique<TextSource>(std::move(corpus), batch, context, seed,
+                                            c.get_float("data.val_fraction"), val_batches);
+    s.data_summary = fmt::format("{}: {:.2f}M train / {:.2f}M validation tokens, vocab {}, batch {} x {}",
+                                 dataset, src->num_train_tokens() / 1e6, src->num_val_tokens() / 1e6,
+                                 src->vocab_size(), batch, context);
+    return src;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DataError(e.what());
+  }
+}
+
+GPTConfig gpt_config(const Config& c) {
+  GPTConfig g = gpt_preset(c.get_string("model.preset"));
+  auto override_if_set = [&](const char* key, int64_t& field) {
+    const int64_t v = c.get_int(key);
+    if (v < 0) throw ConfigError(std::string(key) + " must be >= 0 (0 keeps the preset's value)");
+    if (v > 0) field = v;
+  };
+  override_if_set("model.n_layer", g.n_layer);
+  override_if_set("model.n_head", g.n_head);
+  override_if_set("model.n_embd", g.n_embd);
+  override_if_set("model.block_size", g.block_size);
+  override_if_set("model.vocab_size", g.vocab_size);
+  if (g.n_embd % g.n_head != 0)
+    throw ConfigError(fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", g.n_embd, g.n_head));
+  g.attention = c.get_string("model.attention");
+  return g;
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tensor> params) {
+  const std::string name = c.get_string("optim.name");
+  if (name == "sgd") {
+    SgdOptions o;
+    o.lr = c.get_float("optim.lr");
+    o.momentum = c.get_float("optim.momentum");
+    o.weight_decay = c.get_float("optim.weight_decay");
+    return make_sgd(std::move(params), o);
+  }
+  AdamWOptions o;
+  o.lr = c.get_float("optim.lr");
+  o.beta1 = c.get_float("optim.beta1");
+  o.beta2 = c.get_float("optim.beta2");
+  o.eps = c.get_float("optim.eps");
+  o.weight_decay = c.get_float("optim.weight_decay");
+  if (name == "adamw") return make_adamw(std::move(params), o);
+  throw ConfigError("optim.name = " + name + " is not available in this build");
+}
+
+}  // namespace
+
+Session build_session(const Config& c, bool with_data) {
+  Session s;
+  torch::manual_seed(static_cast<uint64_t>(c.get_int("run.seed")));
+  const std::string kind = c.get_string("model.kind");
+  const std::string dataset = c.get_string("data.dataset");
+  if ((kind == "gpt") != is_text_data(dataset))
+    throw ConfigError("model.kind = " + kind + " does not fit data.dataset = " + dataset +
+                      " (gpt trains on kjv/text/tokens; mlp and cnn on fashion-mnist)");
+  if (with_data) s.data = build_data(c, s);
+
+  if (kind == "gpt") {
+    GPTConfig g = gpt_config(c);
+    if (auto* text = dynamic_cast<TextSource*>(s.data.get())) {
+      if (text->vocab_size() > g.vocab_size)
+        throw ConfigError(fmt::format("the data has {} token ids but the model's vocabulary is {}: set model.vocab_size",
+                                      text->vocab_size(), g.vocab_size));
+      if (text->context() > g.block_size)
+        throw ConfigError(fmt::format("data.context ({}) exceeds the model's block_size ({}): lower data.context or set model.block_size",
+                                      text->context(), g.block_size));
+    }
+    s.gpt = std::make_shared<GPT>(g);
+    const std::string init = c.get_string("model.init_from");
+    if (!init.empty()) load_gpt2_weights(*s.gpt, init);
+    s.module = s.gpt;
+    s.objective = make_gpt_objective(s.gpt);
+    s.model_summary = fmt::format("gpt {}: {} layers, {} heads, d {}, vocab {}, context {}, {:.2f}M parameters",
+                                  c.get_string("model.preset"), g.n_layer, g.n_head, g.n_embd, g.vocab_size,
+                                  g.block_size, s.gpt->num_parameters() / 1e6);
+    if (dataset == "tokens") s.byte_level = false;
+  } else {
+    auto model = make_image_classifier(kind);
+    s.module = model;
+    s.objective = make_image_classifier_objective(model);
+    s.model_summary = fmt::format("{}: {:.3f}M parameters", kind, count_parameters(*model) / 1e6);
+  }
+  s.optimizer = build_optimizer(c, s.module->parameters());
+  return s;
+}
+
+std::string checkpoint_dir(const Config& c) {
+  return (std::filesystem::path(c.get_string("run.out_dir")) / "checkpoints").string();
+}
+
+TrainerOptions trainer_options(const Config& c) {
+  TrainerOptions o;
+  o.max_steps = c.get_int("train.steps");
+  o.grad_accum = c.get_int("optim.grad_accum");
+  o.grad_clip = c.get_float("optim.grad_clip");
+  o.eval_every = c.get_int("train.eval_every");
+  o.eval_batches = c.get_int("data.val_batches");
+  o.schedule.kind = parse_schedule_kind(c.get_string("schedule.kind"));
+  o.schedule.base_lr = c.get_float("optim.lr");
+  o.schedule.warmup_steps = c.get_int("schedule.warmup_steps");
+  o.schedule.total_steps = o.max_steps;
+  o.schedule.min_lr_ratio = c.get_float("schedule.min_lr_ratio");
+  o.checkpoint.dir = checkpoint_dir(c);
+  o.checkpoint.every_steps = c.get_int("checkpoint.every_steps");
+  o.checkpoint.every_seconds = c.get_float("checkpoint.every_seconds");
+  o.checkpoint.keep_last = static_cast<int>(c.get_int("checkpoint.keep_last"));
+  o.config_text = c.to_toml();
+  if (o.max_steps < 1) throw ConfigError("train.steps must be >= 1");
+  if (o.grad_accum < 1) throw ConfigError("optim.grad_accum must be >= 1");
+  if (o.checkpoint.keep_last < 1) throw ConfigError("checkpoint.keep_last must be >= 1 (the newest is always kept)");
+  return o;
+}
+
+}  // namespace ht::cli

@@ -1,0 +1,39 @@
+// Builds what a CLI command needs from a Config: model, objective, data, optimizer, trainer
+// options. The only place that knows which config keys map to which library objects.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "config.h"
+#include "hybrid/core/trainer.h"
+
+namespace ht {
+class GPT;
+}
+
+namespace ht::cli {
+
+// A data set that cannot be read (missing package or file): exit code 3.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Session {
+  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<GPT> gpt;  // set when model.kind = gpt
+  std::unique_ptr<Objective> objective;
+  std::unique_ptr<DataSource> data;  // null when built without data
+  std::unique_ptr<Optimizer> optimizer;
+  std::string model_summary;  // one line, e.g. "gpt tiny: 4 layers, d 128, 0.80M parameters"
+  std::string data_summary;
+  bool byte_level = false;  // tokens are bytes: prompts and samples are plain text
+};
+
+Session build_session(const Config& config, bool with_data);
+TrainerOptions trainer_options(const Config& config);
+std::string checkpoint_dir(const Config& config);
+
+}  // namespace ht::cli

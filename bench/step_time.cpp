@@ -1,0 +1,80 @@
+// Step-time benchmark, C++ side: full training steps (forward, backward, clip, AdamW) of the GPT
+// at a given shape, timed after warmup. Prints one JSON line; bench/step_time.sh compares with Python.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/optimizer.h"
+#include "hybrid/core/runtime.h"
+#include "hybrid/models/gpt.h"
+
+int main(int argc, char** argv) {
+  std::string preset = "tiny", optimizer = "fused", attention = "naive";
+  int64_t batch = 16, seq = 128, steps = 10, warmup = 2, vocab = 0;
+  int threads = 2;
+  bool caching = true;
+  CLI::App app{"Times full GPT training steps"};
+  app.add_option("--preset", preset);
+  app.add_option("--batch", batch);
+  app.add_option("--seq", seq);
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_option("--threads", threads);
+  app.add_option("--vocab", vocab, "override the preset's vocabulary");
+  app.add_option("--optimizer", optimizer, "fused (ours) | torch (torch::optim::AdamW)");
+  app.add_option("--attention", attention, "naive | flash");
+  app.add_option("--caching", caching, "keep freed blocks in the allocator's cache");
+  CLI11_PARSE(app, argc, argv);
+
+  ht::install_tracking_allocator();
+  ht::set_allocator_caching(caching);
+  ht::set_threads(threads);
+  torch::manual_seed(0);
+  ht::GPTConfig cfg = ht::gpt_preset(preset);
+  if (vocab > 0) cfg.vocab_size = vocab;
+  cfg.attention = attention;
+  auto model = std::make_shared<ht::GPT>(cfg);
+
+  std::unique_ptr<ht::Optimizer> opt;
+  if (optimizer == "torch") {
+    auto adamw = std::make_shared<torch::optim::AdamW>(model->parameters(),
+                                                       torch::optim::AdamWOptions(3e-4).weight_decay(0.1));
+    opt = ht::wrap_torch_optimizer(adamw, "torch-adamw");
+  } else {
+    ht::AdamWOptions o;
+    o.lr = 3e-4;
+    o.weight_decay = 0.1;
+    opt = ht::make_adamw(model->parameters(), o);
+  }
+  auto idx = torch::randint(cfg.vocab_size, {batch, seq}, torch::kLong);  // [B, T]
+  auto tgt = torch::randint(cfg.vocab_size, {batch, seq}, torch::kLong);  // [B, T]
+
+  std::vector<double> ms;
+  double loss_value = 0;
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    opt->zero_grad();
+    auto loss = model->loss(idx, tgt);
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+    opt->step();
+    loss_value = loss.item<double>();
+    if (i >= warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const auto mem = ht::allocator_stats();
+  std::printf(
+      "{\"impl\": \"cpp\", \"preset\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"threads\": %d, "
+      "\"optimizer\": \"%s\", \"caching\": %s, \"median_ms\": %.2f, \"min_ms\": %.2f, \"max_ms\": %.2f, "
+      "\"loss\": %.5f, \"peak_mib\": %.1f}\n",
+      preset.c_str(), static_cast<long long>(batch), static_cast<long long>(seq), threads, optimizer.c_str(),
+      caching ? "true" : "false", ms[ms.size() / 2], ms.front(), ms.back(), loss_value, mem.peak_bytes / 1048576.0);
+  return 0;
+}

@@ -1,0 +1,166 @@
+// GPT-2 model: embeddings, the stack of blocks (through the BlockRunner seam), final LayerNorm
+// and the tied LM head; GPT-2 initialisation and the named presets.
+#include "hybrid/models/gpt.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+#include "gpt_block.h"
+#include "hybrid/models/lm_head_loss.h"
+
+namespace ht {
+namespace {
+
+struct Preset {
+  const char* name;
+  GPTConfig config;
+};
+
+GPTConfig make_config(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab,
+                      int64_t ctx) {
+  GPTConfig c;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.vocab_size = vocab;
+  c.block_size = ctx;
+  return c;
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"tiny", make_config(4, 4, 128, 256, 128)},
+      {"gpt2", make_config(12, 12, 768, 50257, 1024)},
+      {"gpt2-medium", make_config(24, 16, 1024, 50257, 1024)},
+      {"gpt2-large", make_config(36, 20, 1280, 50257, 1024)},
+      {"gpt2-xl", make_config(48, 25, 1600, 50257, 1024)},
+  };
+  return all;
+}
+
+void check_config(const GPTConfig& c) {
+  if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.vocab_size < 1 || c.block_size < 1) {
+    throw std::invalid_argument("GPTConfig: n_layer, n_head, n_embd, vocab_size and block_size "
+                                "must all be positive");
+  }
+  if (c.n_embd % c.n_head != 0) {
+    throw std::invalid_argument("GPTConfig: n_embd (" + std::to_string(c.n_embd) +
+                                ") must be divisible by n_head (" + std::to_string(c.n_head) +
+                                ")");
+  }
+  if (c.dropout < 0.0 || c.dropout >= 1.0) {
+    throw std::invalid_argument("GPTConfig: dropout must lie in [0, 1), got " +
+                                std::to_string(c.dropout));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> gpt_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.emplace_back(p.name);
+  return names;
+}
+
+GPTConfig gpt_preset(const std::string& name) {
+  for (const auto& p : presets()) {
+    if (name == p.name) return p.config;
+  }
+  std::string valid;
+  for (const auto& n : gpt_preset_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown GPT preset '" + name + "'; valid presets: " + valid);
+}
+
+GPT::GPT(GPTConfig config) : config_(std::move(config)) {
+  check_config(config_);
+  const int64_t C = config_.n_embd;
+  wte_ = register_module("wte", torch::nn::Embedding(config_.vocab_size, C));
+  wpe_ = register_module("wpe", torch::nn::Embedding(config_.block_size, C));
+  torch::nn::ModuleList h;
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    blocks_.push_back(std::make_shared<GPTBlock>(C, config_.n_head));
+    h->push_back(blocks_.back());
+  }
+  register_module("h", h);
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C})));
+  attention_ = make_attention_core(config_.attention, config_.block_size);
+  init_weights();
+}
+
+void GPT::init_weights() {
+  torch::NoGradGuard no_grad;
+  const double std = 0.02;
+  const double resid_std = std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  wte_->weight.normal_(0.0, std);
+  wpe_->weight.normal_(0.0, std);
+  for (auto& b : blocks_) {
+    b->ln_1->weight.fill_(1.0);
+    b->ln_1->bias.zero_();
+    b->ln_2->weight.fill_(1.0);
+    b->ln_2->bias.zero_();
+    b->attn->c_attn->weight.normal_(0.0, std);
+    b->attn->c_attn->bias.zero_();
+    b->attn->c_proj->weight.normal_(0.0, resid_std);
+    b->attn->c_proj->bias.zero_();
+    b->mlp->c_fc->weight.normal_(0.0, std);
+    b->mlp->c_fc->bias.zero_();
+    b->mlp->c_proj->weight.normal_(0.0, resid_std);
+    b->mlp->c_proj->bias.zero_();
+  }
+  ln_f_->weight.fill_(1.0);
+  ln_f_->bias.zero_();
+}
+
+at::Tensor GPT::hidden(const at::Tensor& idx) {
+  TORCH_CHECK(idx.dim() == 2 && idx.scalar_type() == at::kLong,
+              "GPT: expected token ids [B, T] int64, got ", idx.scalar_type(), " ", idx.sizes());
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T,
+              " is outside [1, block_size = ", config_.block_size, "]");
+  const double p = is_training() ? config_.dropout : 0.0;
+  auto x = at::embedding(wte_->weight, idx) + wpe_->weight.narrow(0, 0, T);  // [B, T, C]
+  if (p > 0.0) x = at::dropout(x, p, /*train=*/true);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    GPTBlock& block = *blocks_[i];
+    const AttentionCore& core = attention_;
+    BlockFn fn = [&block, &core, p](const at::Tensor& in) { return block.forward(in, core, p); };
+    x = block_runner_ ? block_runner_(fn, x, static_cast<int64_t>(i)) : fn(x);
+  }
+  return ln_f_->forward(x);  // [B, T, C]
+}
+
+at::Tensor GPT::forward(const at::Tensor& idx) {
+  const auto h = hidden(idx);  // [B, T, C]
+  return at::matmul(h, wte_->weight.t());  // [B, T, V]
+}
+
+at::Tensor GPT::loss(const at::Tensor& idx, const at::Tensor& targets) {
+  TORCH_CHECK(targets.sizes() == idx.sizes(), "GPT::loss: targets ", targets.sizes(),
+              " must have the shape of the input ", idx.sizes());
+  const auto h = hidden(idx);  // [B, T, C]
+  return lm_head_cross_entropy(h.view({-1, config_.n_embd}), wte_->weight, targets.reshape({-1}));
+}
+
+int64_t GPT::num_parameters(bool include_position_embeddings) const {
+  const int64_t n = count_parameters(*this);
+  return include_position_embeddings ? n : n - wpe_->weight.numel();
+}
+
+void GPT::set_attention_core(AttentionCore core) {
+  TORCH_CHECK(static_cast<bool>(core), "GPT::set_attention_core: empty function");
+  attention_ = std::move(core);
+}
+
+void GPT::set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
+
+const at::Tensor& GPT::token_embedding() const { return wte_->weight; }
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace ht

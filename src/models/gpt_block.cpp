@@ -1,0 +1,60 @@
+// GPT-2 block arithmetic. Linear layers use addmm on [B*T, in] views so bias and matmul are one
+// BLAS call and no weight is ever transposed or copied.
+#include "gpt_block.h"
+
+namespace ht {
+
+Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::empty({in, out}));
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
+  const int64_t in = weight.size(0), out = weight.size(1);
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  return at::addmm(bias, x.reshape({-1, in}), weight).view(sizes);  // [..., out]
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head)
+    : n_head_(n_head) {
+  TORCH_CHECK(n_embd % n_head == 0, "GPT: n_embd ", n_embd, " is not divisible by n_head ",
+              n_head);
+  c_attn = register_module("c_attn", Conv1D(n_embd, 3 * n_embd));
+  c_proj = register_module("c_proj", Conv1D(n_embd, n_embd));
+}
+
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, const AttentionCore& core,
+                                            double dropout_p) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
+  // [B, T, 3, nh, hs] -> [3, B, nh, T, hs]: q, k, v are strided views, no copy yet.
+  const auto qkv = c_attn(x).view({B, T, 3, n_head_, hs}).permute({2, 0, 3, 1, 4});
+  return c_proj(core(qkv[0], qkv[1], qkv[2], dropout_p));  // [B, T, C]
+}
+
+GPTMLPImpl::GPTMLPImpl(int64_t n_embd) {
+  c_fc = register_module("c_fc", Conv1D(n_embd, 4 * n_embd));
+  c_proj = register_module("c_proj", Conv1D(4 * n_embd, n_embd));
+}
+
+at::Tensor GPTMLPImpl::forward(const at::Tensor& x) {
+  return c_proj(at::gelu(c_fc(x), "tanh"));
+}
+
+GPTBlock::GPTBlock(int64_t n_embd, int64_t n_head) {
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
+  attn = register_module("attn", CausalSelfAttention(n_embd, n_head));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
+  mlp = register_module("mlp", GPTMLP(n_embd));
+}
+
+at::Tensor GPTBlock::forward(const at::Tensor& x, const AttentionCore& core, double dropout_p) {
+  auto a = attn(ln_1(x), core, dropout_p);
+  if (dropout_p > 0.0) a = at::dropout(a, dropout_p, /*train=*/true);
+  const auto h = x + a;
+  auto m = mlp(ln_2(h));
+  if (dropout_p > 0.0) m = at::dropout(m, dropout_p, /*train=*/true);
+  return h + m;
+}
+
+}  // namespace ht

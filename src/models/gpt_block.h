@@ -1,0 +1,51 @@
+// The pieces of a GPT-2 transformer block, named as in the Hugging Face checkpoint
+// (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj). Private to ht_models.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "hybrid/models/attention.h"
+
+namespace ht {
+
+// GPT-2's "Conv1D": a linear layer stored as weight [in, out], so y = x @ W + b with no transpose.
+class Conv1DImpl : public torch::nn::Module {
+ public:
+  Conv1DImpl(int64_t in, int64_t out);
+  at::Tensor forward(const at::Tensor& x);  // [..., in] -> [..., out]
+  at::Tensor weight;  // [in, out]
+  at::Tensor bias;    // [out]
+};
+TORCH_MODULE(Conv1D);
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head);
+  // x [B, T, C] -> [B, T, C]; `core` computes softmax(q k^T / sqrt(hs) + mask) v.
+  at::Tensor forward(const at::Tensor& x, const AttentionCore& core, double dropout_p);
+  Conv1D c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int64_t n_head_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class GPTMLPImpl : public torch::nn::Module {
+ public:
+  explicit GPTMLPImpl(int64_t n_embd);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  Conv1D c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(GPTMLP);
+
+// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+class GPTBlock : public torch::nn::Module {
+ public:
+  GPTBlock(int64_t n_embd, int64_t n_head);
+  at::Tensor forward(const at::Tensor& x, const AttentionCore& core, double dropout_p);
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  GPTMLP mlp{nullptr};
+};
+
+}  // namespace ht

@@ -1,0 +1,28 @@
+// MLP classifier: the simplest model the trainer and the hybrid engine are tested on.
+#include "hybrid/models/mlp.h"
+
+#include <stdexcept>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace ht {
+
+MLP::MLP(MLPConfig config) {
+  int64_t in = config.in_features;
+  std::vector<int64_t> widths = config.hidden;
+  widths.push_back(config.num_classes);
+  for (size_t i = 0; i < widths.size(); ++i) {
+    if (widths[i] < 1) throw std::invalid_argument("MLP: layer widths must be positive");
+    layers_.push_back(register_module("fc" + std::to_string(i + 1), torch::nn::Linear(in, widths[i])));
+    in = widths[i];
+  }
+}
+
+at::Tensor MLP::forward(const at::Tensor& images) {
+  auto x = images.flatten(1);  // [B, in_features]
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) x = at::relu(layers_[i]->forward(x));
+  return layers_.back()->forward(x);  // [B, num_classes]
+}
+
+}  // namespace ht
