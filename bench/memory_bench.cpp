@@ -75,8 +75,8 @@ void bench_attention(int reps) {
   std::printf("\n# flash tile shapes, B 1, T 1024, causal: forward + backward ms\n");
   torch::manual_seed(0);
   auto q = torch::randn({1, 12, 1024, 64}, torch::requires_grad());
-  std::vector<std::pair<int64_t, int64_t>> tiles = {{32, 32}, {64, 64}, {64, 128}, {128, 128},
-                                                     {128, 256}, {256, 256}};
+  std::vector<std::pair<int64_t, int64_t>> tiles = {{32, 32},   {64, 64},   {64, 128},
+                                                    {128, 128}, {128, 256}, {256, 256}};
   std::vector<std::function<void()>> variants;
   for (auto [bq, bk] : tiles)
     variants.push_back([&q, bq = bq, bk = bk] {
@@ -103,7 +103,7 @@ struct BlockImpl : torch::nn::Module {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), nh = 12;
     auto qkv = attn(ln1(x)).view({B, T, 3, nh, C / nh});  // [B, T, 3, nh, hs]
     auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2);
-    auto v = qkv.select(2, 2).transpose(1, 2);                      // [B, nh, T, hs]
+    auto v = qkv.select(2, 2).transpose(1, 2);  // [B, nh, T, hs]
     auto y = ht::attention(q, k, v, true, kernel).transpose(1, 2).reshape({B, T, C});
     auto h = x + attn_proj(y);
     auto f = fc(ln2(h));  // [B, T, 4C]
@@ -158,8 +158,8 @@ void bench_recompute(int reps) {
     std::string r = ht::to_string(configs[i].policy.level);
     if (configs[i].policy.level == R::Full)
       r += " every " + std::to_string(configs[i].policy.every_n_layers);
-    std::printf("%-6s %-20s | %9.1f %11.1f\n", ht::to_string(configs[i].kernel).c_str(),
-                r.c_str(), s[i].seconds * 1e3, s[i].peak_bytes / kMiB);
+    std::printf("%-6s %-20s | %9.1f %11.1f\n", ht::to_string(configs[i].kernel).c_str(), r.c_str(),
+                s[i].seconds * 1e3, s[i].peak_bytes / kMiB);
   }
 }
 
@@ -167,9 +167,18 @@ void bench_optimizer(int reps) {
   // GPT-2 small's parameter shapes (124M): embeddings, 12 blocks, final norm.
   std::vector<std::vector<int64_t>> shapes = {{50257, 768}, {1024, 768}};
   for (int l = 0; l < 12; ++l)
-    for (auto s : std::vector<std::vector<int64_t>>{{768}, {768}, {2304, 768}, {2304},
-                                                    {768, 768}, {768}, {768}, {768},
-                                                    {3072, 768}, {3072}, {768, 3072}, {768}})
+    for (auto s : std::vector<std::vector<int64_t>>{{768},
+                                                    {768},
+                                                    {2304, 768},
+                                                    {2304},
+                                                    {768, 768},
+                                                    {768},
+                                                    {768},
+                                                    {768},
+                                                    {3072, 768},
+                                                    {3072},
+                                                    {768, 3072},
+                                                    {768}})
       shapes.push_back(s);
   shapes.push_back({768});
   shapes.push_back({768});

@@ -128,8 +128,8 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
   State& s = states_[index];
   const bool stochastic = quant_.rounding == AdamW8bitOptions::Rounding::Stochastic;
   // Counter base for this tensor at this step; the element index is added.
-  const uint64_t key = (static_cast<uint64_t>(step_) * 0x9E3779B97F4A7C15ull) ^
-                       (static_cast<uint64_t>(index) << 40);
+  const uint64_t key =
+      (static_cast<uint64_t>(step_) * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(index) << 40);
   const DynamicCode& sc = DynamicCode::signed_code();
   const DynamicCode& uc = DynamicCode::unsigned_code();
   const float b1 = static_cast<float>(opts_.beta1), b2 = static_cast<float>(opts_.beta2);
@@ -264,8 +264,9 @@ void AdamW8bit::load(torch::serialize::InputArchive& a) {
                              ", this optimizer " + std::to_string(quant_.block_size) +
                              ": construct it with the same AdamW8bitOptions");
   if (read_tensor(a, "rounding").item<int64_t>() != static_cast<int64_t>(quant_.rounding))
-    throw std::runtime_error("adamw8bit checkpoint uses another rounding mode: construct the "
-                             "optimizer with the same AdamW8bitOptions");
+    throw std::runtime_error(
+        "adamw8bit checkpoint uses another rounding mode: construct the "
+        "optimizer with the same AdamW8bitOptions");
   const int64_t count = read_tensor(a, "count").item<int64_t>();
   if (count != static_cast<int64_t>(states_.size()))
     throw std::runtime_error("adamw8bit checkpoint holds " + std::to_string(count) +

@@ -33,9 +33,12 @@ AttentionKernel parse_attention_kernel(const std::string& name) {
 
 std::string to_string(AttentionKernel kernel) {
   switch (kernel) {
-    case AttentionKernel::Naive: return "naive";
-    case AttentionKernel::Flash: return "flash";
-    case AttentionKernel::Sdpa: return "sdpa";
+    case AttentionKernel::Naive:
+      return "naive";
+    case AttentionKernel::Flash:
+      return "flash";
+    case AttentionKernel::Sdpa:
+      return "sdpa";
   }
   return "unknown";
 }
@@ -45,8 +48,10 @@ bool sdpa_available() { return TORCH_VERSION_MAJOR >= 2; }
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                      AttentionKernel kernel) {
   switch (kernel) {
-    case AttentionKernel::Naive: return naive_attention(q, k, v, causal);
-    case AttentionKernel::Flash: return flash_attention(q, k, v, causal);
+    case AttentionKernel::Naive:
+      return naive_attention(q, k, v, causal);
+    case AttentionKernel::Flash:
+      return flash_attention(q, k, v, causal);
     case AttentionKernel::Sdpa:
 #if TORCH_VERSION_MAJOR >= 2
       return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);

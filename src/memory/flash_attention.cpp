@@ -56,11 +56,37 @@ void parallel_items(int64_t n, const Body& body) {
   if (error) std::rethrow_exception(error);
 }
 
-// Rows [r0, r0 + n) of head bh of a contiguous [BH, L, hs] tensor, as an [n, hs] view.
-at::Tensor rows(const at::Tensor& x, int64_t bh, int64_t r0, int64_t n) {
-  const int64_t L = x.size(1), hs = x.size(2);
-  return x.as_strided({n, hs}, {hs, 1}, (bh * L + r0) * hs);
-}
+// Per-head row access into a [B, nh, L, hs] float tensor whose rows are contiguous: rows of a
+// head may be any distance apart, so GPT's q, k, v (strided views into the c_attn output) and its
+// incoming gradient are used in place; anything else is copied once.
+class Heads {
+ public:
+  explicit Heads(const at::Tensor& x)
+      : t_(x.stride(3) == 1 && (x.size(2) == 1 || x.stride(2) >= x.size(3))
+               ? x.detach()
+               : x.detach().contiguous()),
+        nh_(t_.size(1)),
+        hs_(t_.size(3)),
+        sb_(t_.stride(0)),
+        sh_(t_.stride(1)),
+        st_(t_.size(2) == 1 ? t_.size(3) : t_.stride(2)),
+        data_(t_.data_ptr<float>()) {}
+
+  // Rows [r0, r0 + n) of head bh = b * nh + h, as an [n, hs] view (row stride st_).
+  at::Tensor rows(int64_t bh, int64_t r0, int64_t n) const {
+    return t_.as_strided({n, hs_}, {st_, 1}, t_.storage_offset() + offset(bh, r0));
+  }
+  float* row(int64_t bh, int64_t r) const { return data_ + offset(bh, r); }
+
+ private:
+  int64_t offset(int64_t bh, int64_t r) const {
+    return (bh / nh_) * sb_ + (bh % nh_) * sh_ + r * st_;
+  }
+
+  at::Tensor t_;  // detached: the tile GEMMs (out= variants) must not see a tensor requiring grad
+  int64_t nh_, hs_, sb_, sh_, st_;
+  float* data_;
+};
 
 // An [n, m] contiguous view at the start of a per-thread scratch buffer.
 at::Tensor tile(const at::Tensor& buffer, int64_t n, int64_t m) {
@@ -113,12 +139,12 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
   const int64_t B = q_in.size(0), nh = q_in.size(1), T = q_in.size(2), hs = q_in.size(3);
   const int64_t S = k_in.size(2), BH = B * nh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // Detached so that the tile GEMMs (out= variants) never see a tensor that requires grad.
-  const at::Tensor q = q_in.detach().contiguous().view({BH, T, hs});
-  const at::Tensor k = k_in.detach().contiguous().view({BH, S, hs});
-  const at::Tensor v = v_in.detach().contiguous().view({BH, S, hs});
-  at::Tensor y = at::zeros({BH, T, hs}, q.options());  // [BH, T, hs], accumulated in place
-  at::Tensor lse = at::empty({BH, T}, q.options());     // [BH, T]
+  const Heads q(q_in), k(k_in), v(v_in);
+  // y is laid out [B, T, nh, hs] and returned as a [B, nh, T, hs] view, so that GPT's
+  // y.transpose(1, 2).reshape({B, T, C}) is free.
+  at::Tensor y = at::zeros({B, T, nh, hs}, q_in.options()).permute({0, 2, 1, 3});
+  const Heads out(y);                                      // accumulated in place
+  at::Tensor lse = at::empty({B, nh, T}, q_in.options());  // [B, nh, T]
   const int64_t bq = std::min(block_q, T), bk = std::min(block_k, S);
   const int64_t n_qblocks = (T + bq - 1) / bq;
   float* lse_data = lse.data_ptr<float>();
@@ -126,10 +152,9 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
   parallel_items(BH * n_qblocks, [&](int64_t item) {
     const int64_t bh = item / n_qblocks, i0 = (item % n_qblocks) * bq;
     const int64_t nq = std::min(bq, T - i0);
-    at::Tensor s_buf = at::empty({bq * bk}, q.options());  // one [nq, nk] score tile
-    at::Tensor q_i = rows(q, bh, i0, nq);                   // [nq, hs]
-    at::Tensor acc = rows(y, bh, i0, nq);                   // [nq, hs], unnormalised output
-    float* acc_data = acc.data_ptr<float>();
+    at::Tensor s_buf = at::empty({bq * bk}, q_in.options());  // one [nq, nk] score tile
+    at::Tensor q_i = q.rows(bh, i0, nq);                      // [nq, hs]
+    at::Tensor acc = out.rows(bh, i0, nq);                    // [nq, hs], unnormalised output
     float* m = lse_data + bh * T + i0;  // running row max, reused as the lse slot at the end
     std::vector<float> l(nq, 0.0f), correction(nq);
     std::fill(m, m + nq, kNegInf);
@@ -138,7 +163,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
     for (int64_t j0 = 0; j0 < s_end; j0 += bk) {
       const int64_t nk = std::min(bk, S - j0);
       at::Tensor s = tile(s_buf, nq, nk);  // [nq, nk]
-      at::mm_out(s, q_i, rows(k, bh, j0, nk).t());
+      at::mm_out(s, q_i, k.rows(bh, j0, nk).t());
       float* sd = s.data_ptr<float>();
       for (int64_t r = 0; r < nq; ++r) {
         float* row = sd + r * nk;
@@ -155,55 +180,52 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
       for (int64_t r = 0; r < nq; ++r) {
         l[r] = l[r] * correction[r] + row_sum(sd + r * nk, nk);
         if (correction[r] != 1.0f) {
-          float* a = acc_data + r * hs;
+          float* a = out.row(bh, i0 + r);
           for (int64_t h = 0; h < hs; ++h) a[h] *= correction[r];
         }
       }
-      acc.addmm_(s, rows(v, bh, j0, nk));  // acc += p @ v_j
+      acc.addmm_(s, v.rows(bh, j0, nk));  // acc += p @ v_j
     }
     for (int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
-      float* a = acc_data + r * hs;
+      float* a = out.row(bh, i0 + r);
       for (int64_t h = 0; h < hs; ++h) a[h] *= inv;
       m[r] += std::log(l[r]);  // lse = m + log(l)
     }
   });
-  return {y.view({B, nh, T, hs}), lse.view({B, nh, T})};
+  return {y, lse};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
-    const at::Tensor& dy_in, const at::Tensor& q_in, const at::Tensor& k_in,
-    const at::Tensor& v_in, const at::Tensor& y_in, const at::Tensor& lse_in, bool causal,
-    int64_t block_q, int64_t block_k) {
+    const at::Tensor& dy_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+    const at::Tensor& y_in, const at::Tensor& lse_in, bool causal, int64_t block_q,
+    int64_t block_k) {
   check_inputs(q_in, k_in, v_in, block_q, block_k);
   if (dy_in.sizes() != q_in.sizes() || y_in.sizes() != q_in.sizes())
     throw std::invalid_argument("flash_attention_backward: dy and y must have q's shape");
   const int64_t B = q_in.size(0), nh = q_in.size(1), T = q_in.size(2), hs = q_in.size(3);
   const int64_t S = k_in.size(2), BH = B * nh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const at::Tensor q = q_in.detach().contiguous().view({BH, T, hs});
-  const at::Tensor k = k_in.detach().contiguous().view({BH, S, hs});
-  const at::Tensor v = v_in.detach().contiguous().view({BH, S, hs});
-  const at::Tensor y = y_in.detach().contiguous().view({BH, T, hs});
-  const at::Tensor dy = dy_in.detach().contiguous().view({BH, T, hs});
-  const at::Tensor lse = lse_in.detach().contiguous().view({BH, T});
-  at::Tensor dq = at::zeros({BH, T, hs}, q.options());
-  at::Tensor dk = at::zeros({BH, S, hs}, q.options());
-  at::Tensor dv = at::zeros({BH, S, hs}, q.options());
+  const Heads q(q_in), k(k_in), v(v_in), y(y_in), dy(dy_in);
+  const at::Tensor lse = lse_in.detach().contiguous();  // [B, nh, T]
+  at::Tensor dq = at::zeros({B, nh, T, hs}, q_in.options());
+  at::Tensor dk = at::zeros({B, nh, S, hs}, q_in.options());
+  at::Tensor dv = at::zeros({B, nh, S, hs}, q_in.options());
+  const Heads dq_h(dq), dk_h(dk), dv_h(dv);
   const int64_t bq = std::min(block_q, T), bk = std::min(block_k, S);
 
   // One head per work item: dq rows are accumulated over every key block, so two threads never
   // share a head and no atomics are needed. B * nh >= threads in practice (GPT-2: 12 heads).
   parallel_items(BH, [&](int64_t bh) {
-    at::Tensor p_buf = at::empty({bq * bk}, q.options());
-    at::Tensor dp_buf = at::empty({bq * bk}, q.options());
+    at::Tensor p_buf = at::empty({bq * bk}, q_in.options());
+    at::Tensor dp_buf = at::empty({bq * bk}, q_in.options());
     // D[t] = rowsum(dy * y): the softmax-backward term of FlashAttention-2.
     std::vector<float> D(T);
-    const float* dyd = dy.data_ptr<float>() + bh * T * hs;
-    const float* yd = y.data_ptr<float>() + bh * T * hs;
     for (int64_t t = 0; t < T; ++t) {
+      const float* dyr = dy.row(bh, t);
+      const float* yr = y.row(bh, t);
       float s = 0.0f;
-      for (int64_t h = 0; h < hs; ++h) s += dyd[t * hs + h] * yd[t * hs + h];
+      for (int64_t h = 0; h < hs; ++h) s += dyr[h] * yr[h];
       D[t] = s;
     }
     const float* lse_bh = lse.data_ptr<float>() + bh * T;
@@ -211,15 +233,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
     std::vector<at::Tensor> q_blocks, dy_blocks, dq_blocks;  // [nq, hs] each
     for (int64_t i0 = 0; i0 < T; i0 += bq) {
       const int64_t nq = std::min(bq, T - i0);
-      q_blocks.push_back(rows(q, bh, i0, nq));
-      dy_blocks.push_back(rows(dy, bh, i0, nq));
-      dq_blocks.push_back(rows(dq, bh, i0, nq));
+      q_blocks.push_back(q.rows(bh, i0, nq));
+      dy_blocks.push_back(dy.rows(bh, i0, nq));
+      dq_blocks.push_back(dq_h.rows(bh, i0, nq));
     }
     for (int64_t j0 = 0; j0 < S; j0 += bk) {
       const int64_t nk = std::min(bk, S - j0);
-      at::Tensor k_j = rows(k, bh, j0, nk), v_j = rows(v, bh, j0, nk);  // [nk, hs]
-      at::Tensor k_jt = k_j.t(), v_jt = v_j.t();                         // [hs, nk]
-      at::Tensor dk_j = rows(dk, bh, j0, nk), dv_j = rows(dv, bh, j0, nk);
+      at::Tensor k_j = k.rows(bh, j0, nk), v_j = v.rows(bh, j0, nk);  // [nk, hs]
+      at::Tensor k_jt = k_j.t(), v_jt = v_j.t();                      // [hs, nk]
+      at::Tensor dk_j = dk_h.rows(bh, j0, nk), dv_j = dv_h.rows(bh, j0, nk);
       // Causal: query blocks that end before key j0 see none of this block.
       for (int64_t ib = causal ? j0 / bq : 0; ib * bq < T; ++ib) {
         const int64_t i0 = ib * bq, nq = std::min(bq, T - i0);
@@ -250,7 +272,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
       }
     }
   });
-  return {dq.view({B, nh, T, hs}), dk.view({B, nh, S, hs}), dv.view({B, nh, S, hs})};
+  return {dq, dk, dv};
 }
 
 namespace {
@@ -258,8 +280,8 @@ namespace {
 // Autograd wrapper: saves q, k, v, y and lse (all linear in T) and recomputes tiles in backward.
 struct FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
-                            const at::Tensor& k, const at::Tensor& v, bool causal,
-                            int64_t block_q, int64_t block_k) {
+                            const at::Tensor& k, const at::Tensor& v, bool causal, int64_t block_q,
+                            int64_t block_k) {
     auto [y, lse] = flash_attention_forward(q, k, v, causal, block_q, block_k);
     ctx->save_for_backward({q, k, v, y, lse});
     ctx->saved_data["causal"] = causal;
@@ -271,10 +293,10 @@ struct FlashAttentionFunction : public torch::autograd::Function<FlashAttentionF
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dq, dk, dv] = flash_attention_backward(
-        grads[0], saved[0], saved[1], saved[2], saved[3], saved[4],
-        ctx->saved_data["causal"].toBool(), ctx->saved_data["block_q"].toInt(),
-        ctx->saved_data["block_k"].toInt());
+    auto [dq, dk, dv] = flash_attention_backward(grads[0], saved[0], saved[1], saved[2], saved[3],
+                                                 saved[4], ctx->saved_data["causal"].toBool(),
+                                                 ctx->saved_data["block_q"].toInt(),
+                                                 ctx->saved_data["block_k"].toInt());
     return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

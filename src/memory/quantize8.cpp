@@ -46,7 +46,8 @@ float key_to_float(uint32_t key) {
 DynamicCode::DynamicCode(bool is_signed) : values_(dynamic_map(is_signed)) {
   for (int i = 0; i < 255; ++i) midpoints_[i] = 0.5f * (values_[i] + values_[i + 1]);
   midpoints_[255] = midpoints_[256] = std::numeric_limits<float>::infinity();
-  zero_index_ = static_cast<uint8_t>(std::find(values_.begin(), values_.end(), 0.0f) - values_.begin());
+  zero_index_ =
+      static_cast<uint8_t>(std::find(values_.begin(), values_.end(), 0.0f) - values_.begin());
   std::copy(values_.begin(), values_.end(), padded_.begin());
   padded_[256] = padded_[257] = std::numeric_limits<float>::infinity();
   bucket_start_.resize(1 << 16);
@@ -68,10 +69,9 @@ DynamicCode::DynamicCode(bool is_signed) : values_(dynamic_map(is_signed)) {
   // three. The narrowest gap (0.7 % of the value, top of the unsigned code) is wider than a
   // bucket (<= 0.78 %), so this holds; checked here so that a change of the code cannot break it.
   for (int i = 0; i + 2 < 256; ++i) {
-    const bool midpoints_share = i + 2 < 255 && (order_key(midpoints_[i]) >> 16) ==
-                                                    (order_key(midpoints_[i + 2]) >> 16);
-    const bool values_share =
-        (order_key(values_[i]) >> 16) == (order_key(values_[i + 2]) >> 16);
+    const bool midpoints_share =
+        i + 2 < 255 && (order_key(midpoints_[i]) >> 16) == (order_key(midpoints_[i + 2]) >> 16);
+    const bool values_share = (order_key(values_[i]) >> 16) == (order_key(values_[i + 2]) >> 16);
     if (midpoints_share || values_share)
       throw std::logic_error("DynamicCode: three entries share a lookup bucket");
   }

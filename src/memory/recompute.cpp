@@ -124,9 +124,12 @@ RecomputeLevel parse_recompute_level(const std::string& name) {
 
 std::string to_string(RecomputeLevel level) {
   switch (level) {
-    case RecomputeLevel::None: return "none";
-    case RecomputeLevel::Selective: return "selective";
-    case RecomputeLevel::Full: return "full";
+    case RecomputeLevel::None:
+      return "none";
+    case RecomputeLevel::Selective:
+      return "selective";
+    case RecomputeLevel::Full:
+      return "full";
   }
   return "unknown";
 }

@@ -111,11 +111,10 @@ TEST_P(GoldenRun, FinalLossMatchesFp32AdamW) {
 
 // Stochastic rounding (the default) lands within 0.2 % of fp32 on this task for either block
 // size; bitsandbytes' nearest rounding ends ~3.4 % low (see AdamW8bitOptions::rounding).
-INSTANTIATE_TEST_SUITE_P(
-    Options, GoldenRun,
-    testing::Values(GoldenCase{256, Rounding::Stochastic, 0.01},
-                    GoldenCase{2048, Rounding::Stochastic, 0.01},
-                    GoldenCase{256, Rounding::Nearest, 0.05}));
+INSTANTIATE_TEST_SUITE_P(Options, GoldenRun,
+                         testing::Values(GoldenCase{256, Rounding::Stochastic, 0.01},
+                                         GoldenCase{2048, Rounding::Stochastic, 0.01},
+                                         GoldenCase{256, Rounding::Nearest, 0.05}));
 
 TEST(AdamW8bit, SecondMomentTracksAnFp32Shadow) {
   // The mechanism behind nearest rounding's bias: along the 8-bit run's own gradients, an fp32
@@ -212,7 +211,8 @@ TEST(AdamW8bit, SaveLoadContinuesBitIdentically) {
   auto b = fresh_student();
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+    for (size_t i = 0; i < a->parameters().size(); ++i)
+      b->parameters()[i].copy_(a->parameters()[i]);
   }
   ht::AdamW8bit opt_b(b->parameters(), options());
   {

@@ -75,6 +75,25 @@ TEST(FlashAttention, AcceptsNonContiguousHeads) {
   EXPECT_TRUE(torch::allclose(g, g_ref, 1e-4, 1e-4));
 }
 
+TEST(FlashAttention, ReadsViewsWithStorageOffsets) {
+  // q, k, v as slices of one contiguous [3, B, nh, T, hs] tensor: k and v start mid-storage.
+  torch::manual_seed(4);
+  auto qkv = torch::randn({3, 1, 2, 30, 16}, torch::requires_grad());
+  auto dy = torch::randn({1, 2, 30, 16});
+  auto g_ref =
+      torch::autograd::grad({ht::naive_attention(qkv[0], qkv[1], qkv[2], false)}, {qkv}, {dy})[0];
+  auto y = ht::flash_attention(qkv[0], qkv[1], qkv[2], false, 8, 8);
+  EXPECT_TRUE(torch::allclose(y, ht::naive_attention(qkv[0], qkv[1], qkv[2], false), 1e-4, 1e-5));
+  auto g = torch::autograd::grad({y}, {qkv}, {dy})[0];
+  EXPECT_TRUE(torch::allclose(g, g_ref, 1e-4, 1e-4));
+}
+
+TEST(FlashAttention, OutputTransposesToTokensWithoutACopy) {
+  auto q = torch::randn({2, 3, 10, 8});
+  auto y = ht::flash_attention(q, q, q, true);  // [B, nh, T, hs] view of [B, T, nh, hs] storage
+  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+}
+
 TEST(FlashAttention, RejectsBadInputs) {
   auto x = torch::randn({1, 2, 8, 16});
   EXPECT_THROW(ht::flash_attention(x.to(torch::kDouble), x, x, true), std::invalid_argument);
@@ -84,8 +103,8 @@ TEST(FlashAttention, RejectsBadInputs) {
 }
 
 TEST(FlashAttention, KernelNamesRoundTrip) {
-  for (auto kernel : {ht::AttentionKernel::Naive, ht::AttentionKernel::Flash,
-                      ht::AttentionKernel::Sdpa})
+  for (auto kernel :
+       {ht::AttentionKernel::Naive, ht::AttentionKernel::Flash, ht::AttentionKernel::Sdpa})
     EXPECT_EQ(ht::parse_attention_kernel(ht::to_string(kernel)), kernel);
   EXPECT_THROW(ht::parse_attention_kernel("fast"), std::invalid_argument);
   auto x = torch::randn({1, 1, 5, 8});

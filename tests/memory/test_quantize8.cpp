@@ -39,7 +39,8 @@ TEST(DynamicCode, QuantizeIsTheExactNearestValue) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
   for (bool is_signed : {true, false}) {
-    const auto& code = is_signed ? ht::DynamicCode::signed_code() : ht::DynamicCode::unsigned_code();
+    const auto& code =
+        is_signed ? ht::DynamicCode::signed_code() : ht::DynamicCode::unsigned_code();
     for (int i = 0; i < 256; ++i) ASSERT_EQ(code.quantize(code.value(i)), i);
     for (int trial = 0; trial < 100000; ++trial) {
       float x = std::pow(10.0f, exponent(rng));
@@ -101,7 +102,8 @@ TEST(BlockQuantization, RoundTripErrorIsBoundedByTheCodeSpacing) {
   auto m = torch::randn({100, 300}) * 1e-3;           // first-moment-like: signed, Gaussian
   auto v = torch::randn({100, 300}).square() * 1e-6;  // second-moment-like: >= 0, heavy tail
   for (bool is_signed : {true, false}) {
-    const auto& code = is_signed ? ht::DynamicCode::signed_code() : ht::DynamicCode::unsigned_code();
+    const auto& code =
+        is_signed ? ht::DynamicCode::signed_code() : ht::DynamicCode::unsigned_code();
     const auto x = (is_signed ? m : v).flatten();
     const int64_t n = x.numel(), blocks = (n + bs - 1) / bs;
     auto q = ht::quantize_blockwise(x, code, bs);

@@ -104,7 +104,7 @@ TEST(Recompute, WorksAroundFlashAttention) {
   torch::manual_seed(5);
   auto w = torch::randn({16, 48}, torch::requires_grad());  // qkv projection
   auto attn = [&w](const at::Tensor& x) {                   // x [B, T, 16]
-    auto qkv = torch::matmul(x, w).view({2, 20, 3, 2, 8});   // [B, T, 3, nh, hs]
+    auto qkv = torch::matmul(x, w).view({2, 20, 3, 2, 8});  // [B, T, 3, nh, hs]
     auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2);
     auto v = qkv.select(2, 2).transpose(1, 2);
     return ht::flash_attention(q, k, v, true, 8, 8);
@@ -132,8 +132,8 @@ TEST(Recompute, GeluLinearMatchesPlain) {
   torch::manual_seed(6);
   torch::nn::Linear proj(64, 16);
   auto h = torch::randn({10, 64}, torch::requires_grad());
-  auto g_plain = torch::autograd::grad(
-      {proj(torch::gelu(h, "tanh")).sum()}, {h, proj->weight, proj->bias});
+  auto g_plain =
+      torch::autograd::grad({proj(torch::gelu(h, "tanh")).sum()}, {h, proj->weight, proj->bias});
   auto y = ht::recompute_gelu_linear(h, proj->weight, proj->bias);
   EXPECT_TRUE(torch::allclose(y, proj(torch::gelu(h, "tanh"))));
   y.sum().backward();
@@ -164,8 +164,8 @@ TEST(Recompute, LowersPeakMemoryOnAChainOfBlocks) {
 }
 
 TEST(Recompute, LevelsAndPolicy) {
-  for (auto level : {ht::RecomputeLevel::None, ht::RecomputeLevel::Selective,
-                     ht::RecomputeLevel::Full})
+  for (auto level :
+       {ht::RecomputeLevel::None, ht::RecomputeLevel::Selective, ht::RecomputeLevel::Full})
     EXPECT_EQ(ht::parse_recompute_level(ht::to_string(level)), level);
   EXPECT_EQ(ht::parse_recompute_level("2"), ht::RecomputeLevel::Full);
   EXPECT_THROW(ht::parse_recompute_level("some"), std::invalid_argument);

@@ -41,8 +41,9 @@ class AdamW8bit final : public Optimizer {
             const AdamW8bitOptions& quant = {});
 
   // One fused pass per block: dequantize m and v, update them and the parameter (with the fp32
-  // moments), requantize them with the block's new absmax. If any gradient holds NaN or Inf the whole step is skipped (weights,
-  // moments and the step count untouched) and skipped_steps() grows.
+  // moments), requantize them with the block's new absmax. If any gradient holds NaN or Inf the
+  // whole step is skipped (weights, moments and the step count untouched) and skipped_steps()
+  // grows.
   void step() override;
   void zero_grad() override;
   double lr() const override { return opts_.lr; }

@@ -25,7 +25,7 @@ class DynamicCode {
  public:
   // is_signed: values in [-1, 1] for Adam's first moment; else [0, 1] for the second moment.
   explicit DynamicCode(bool is_signed);
-  static const DynamicCode& signed_code();    // built once
+  static const DynamicCode& signed_code();  // built once
   static const DynamicCode& unsigned_code();
 
   float value(uint8_t index) const { return values_[index]; }
@@ -64,7 +64,7 @@ class DynamicCode {
   }
 
   std::array<float, 256> values_;
-  std::array<float, 257> midpoints_;  // [i] between values_[i] and values_[i+1]; [255..] = +inf
+  std::array<float, 257> midpoints_;   // [i] between values_[i] and values_[i+1]; [255..] = +inf
   std::vector<uint8_t> bucket_start_;  // [65536]: nearest index of each bucket's smallest float
   std::array<float, 258> padded_;      // values_ followed by +inf, +inf
   std::vector<uint8_t> bucket_floor_;  // [65536]: last value <= each bucket's smallest float

@@ -29,7 +29,8 @@ using RecomputeFn = std::function<at::Tensor(const at::Tensor&)>;
 // Use backward(): like PyTorch's reentrant checkpoint, torch::autograd::grad() cannot return the
 // gradient of a parameter used inside fn (and still accumulates into its .grad()).
 at::Tensor recompute(RecomputeFn fn, const at::Tensor& input);
-at::Tensor recompute(RecomputeFn fn, const at::Tensor& input, const std::vector<at::Tensor>& params);
+at::Tensor recompute(RecomputeFn fn, const at::Tensor& input,
+                     const std::vector<at::Tensor>& params);
 
 // linear(gelu_tanh(x), weight, bias) saving only x: the GELU output (as large as x) is rebuilt in
 // backward instead of being kept for the projection's weight gradient. This is what "recompute
