@@ -142,6 +142,20 @@ TEST(Recompute, GeluLinearMatchesPlain) {
   EXPECT_TRUE(torch::allclose(proj->bias.grad(), g_plain[2], 0.0, 1e-6));
 }
 
+TEST(Recompute, GeluLinearTakesATransposedWeight) {
+  // GPT-2's Conv1D keeps its weight as [in, out]; passing weight.t() must still reach the leaf.
+  torch::manual_seed(8);
+  auto w = torch::randn({64, 16}, torch::requires_grad());  // [in, out]
+  auto b = torch::randn({16}, torch::requires_grad());
+  auto h = torch::randn({10, 64}, torch::requires_grad());
+  auto g_plain = torch::autograd::grad({at::addmm(b, torch::gelu(h, "tanh"), w).square().sum()},
+                                       {h, w, b});
+  ht::recompute_gelu_linear(h, w.t(), b).square().sum().backward();
+  EXPECT_TRUE(torch::allclose(h.grad(), g_plain[0], 0.0, 1e-5));
+  EXPECT_TRUE(torch::allclose(w.grad(), g_plain[1], 0.0, 1e-5));
+  EXPECT_TRUE(torch::allclose(b.grad(), g_plain[2], 0.0, 1e-5));
+}
+
 // Peak tensor bytes above the resting state for one forward + backward of the chain.
 int64_t peak_bytes(Chain& chain, bool use_recompute) {
   auto x = torch::randn({512, 64}, torch::requires_grad());
