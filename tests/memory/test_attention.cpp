@@ -50,7 +50,8 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{64, 64, 64, 64, 64, true}, Case{100, 100, 16, 64, 64, true},
                     Case{100, 100, 64, 64, 64, false}, Case{130, 130, 64, 32, 16, true},
                     Case{130, 130, 16, 16, 32, false}, Case{77, 77, 64, 128, 256, true},
-                    Case{33, 50, 16, 8, 16, false}, Case{50, 33, 16, 16, 8, true}),
+                    Case{33, 50, 16, 8, 16, false}, Case{50, 33, 16, 16, 8, true},
+                    Case{200, 200, 64, 128, 128, true}),
     case_name);
 
 TEST(FlashAttention, LogsumexpMatchesScores) {
