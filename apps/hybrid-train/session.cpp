@@ -9,6 +9,7 @@
 
 #include "hybrid/core/optimizer.h"
 #include "hybrid/data/fashion_mnist.h"
+#include "hybrid/hybrid/strategy.h"
 #include "hybrid/data/kjv.h"
 #include "hybrid/data/text_source.h"
 #include "hybrid/data/token_corpus.h"
@@ -136,6 +137,35 @@ Session build_session(const Config& c, bool with_data) {
   }
   s.optimizer = build_optimizer(c, s.module->parameters());
   return s;
+}
+
+std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
+  const std::string mode = c.get_string("run.mode");
+  if (mode == "lookahead") {
+    const int64_t k = c.get_int("lookahead.k");
+    const double alpha = c.get_float("lookahead.alpha");
+    if (k < 1 || !(alpha > 0 && alpha <= 1)) throw ConfigError("lookahead needs k >= 1 and 0 < alpha <= 1");
+    return make_lookahead_strategy(k, alpha);
+  }
+  if (mode != "hybrid") return nullptr;
+  HybridOptions h;
+  h.predictor = c.get_string("hybrid.predictor");
+  h.warmup_steps = c.get_int("hybrid.warmup_steps");
+  h.full_steps = c.get_int("hybrid.full_steps");
+  h.correct_steps = c.get_int("hybrid.correct_steps");
+  h.max_predict_steps = c.get_int("hybrid.max_predict_steps");
+  h.verify = c.get_string("hybrid.verify");
+  h.verify_every = c.get_int("hybrid.verify_every");
+  h.tolerance = c.get_float("hybrid.tolerance");
+  h.max_step_scale = c.get_float("hybrid.max_step_scale");
+  h.pay_check = c.get_bool("hybrid.pay_check");
+  h.seed = static_cast<uint64_t>(c.get_int("run.seed"));
+  try {
+    h.validate();
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("[hybrid] ") + e.what());
+  }
+  return make_hybrid_strategy(h);
 }
 
 std::string checkpoint_dir(const Config& c) {

@@ -34,6 +34,8 @@ struct Session {
 
 Session build_session(const Config& config, bool with_data);
 TrainerOptions trainer_options(const Config& config);
+// The step strategy run.mode asks for: null for plain, the hybrid engine, or Lookahead.
+std::unique_ptr<StepStrategy> build_strategy(const Config& config);
 std::string checkpoint_dir(const Config& config);
 
 }  // namespace ht::cli

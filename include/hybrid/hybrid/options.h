@@ -1,0 +1,58 @@
+// Configuration of the hybrid predictive training engine and of its predictors.
+// validate() throws std::invalid_argument naming the offending field and the accepted range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ht {
+
+struct HybridOptions {
+  // Phase lengths (in trainer steps).
+  int64_t warmup_steps = 50;       // plain full steps before anything is recorded
+  int64_t full_steps = 8;          // recorded full steps per cycle (extended until the predictor is ready)
+  int64_t correct_steps = 1;       // real steps after a predict phase that measure the prediction error
+  int64_t min_predict_steps = 2;   // first horizon, and the floor it shrinks to
+  int64_t max_predict_steps = 16;  // the horizon grows on success up to this
+
+  // Predictor: "last" | "ema" | "dmd" | "rssm".
+  std::string predictor = "ema";
+  double ema_beta = 0.9;           // ema predictor (and the direction the rssm scales)
+  int64_t dmd_history = 8;         // K: deltas kept per tensor
+  int64_t dmd_rank = 4;            // p: order of the linear recurrence fitted over them (< K)
+  double dmd_ridge = 1e-6;         // relative Tikhonov term of the K x K least squares
+  int64_t rssm_ensemble = 3;       // members; their spread is the predictor's uncertainty
+  int64_t rssm_hidden = 32;        // GRU state size
+  int64_t rssm_latent = 8;         // stochastic latent size
+  int64_t rssm_window = 16;        // truncated-BPTT window (recorded steps)
+  int64_t rssm_train_every = 4;    // one optimisation step of the model every n observations
+  double rssm_lr = 3e-3;
+  int64_t groups = 4;              // layer groups (contiguous runs of parameter tensors)
+  uint64_t seed = 1234;            // the stochastic latent's generator
+
+  // Verification: "batch" = forward on every predicted step's own training batch;
+  // "holdout" = forward on a probe batch (drawn from the training stream, never trained on in
+  // that phase) every verify_every predicted steps and at the end of the phase.
+  std::string verify = "holdout";
+  int64_t verify_every = 4;
+  double tolerance = 0.0;          // accepted loss rise, relative to the last verified loss
+  double spike_zscore = 4.0;       // batch verification: loss z-score over the window that fails
+  int64_t loss_window = 32;        // losses kept for z-scores and oscillation
+  double grad_explosion = 10.0;    // grad norm above this multiple of its EMA is divergence
+
+  // Confidence (in [0, 1]) gates the Predict phase and scales the step multiplier.
+  double enter_confidence = 0.35;
+  double max_step_scale = 1.0;     // predicted update multiplier at full confidence (1 = off)
+
+  // Never slower: predict only while it lowers the loss faster per second than full steps.
+  bool pay_check = true;           // off makes the schedule independent of wall-clock (tests)
+  double pay_margin = 1.0;         // predict phases must reach this fraction of the full rate
+  int64_t reprobe_min = 32;        // full steps between probes when prediction does not pay
+  int64_t reprobe_max = 512;       // the interval doubles after each failed probe up to this
+
+  bool snapshot_on_host = true;    // rollback buffers in CPU memory when parameters are not
+
+  void validate() const;  // throws std::invalid_argument("HybridOptions.<field> ...")
+};
+
+}  // namespace ht

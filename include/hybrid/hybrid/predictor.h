@@ -1,0 +1,79 @@
+// Weight-update predictors: given the per-tensor updates the optimizer made on recorded steps,
+// predict the updates of the next steps. The hybrid strategy applies them in place, no backward.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch {
+namespace serialize { class OutputArchive; class InputArchive; }
+}  // namespace torch
+
+namespace ht {
+
+struct HybridOptions;
+
+// The training state on a recorded step, model-agnostic. Layer groups are contiguous runs of the
+// optimizer's parameter tensors (layer_groups() below), so they follow the model's layer order.
+struct TrainingFeatures {
+  int64_t step = 0;
+  double progress = 0.0;   // step / max_steps
+  double lr = 0.0;
+  double loss = NAN;       // this step's training loss
+  double loss_ema = NAN;
+  double loss_var = 0.0;   // EMA variance of the loss around loss_ema
+  double grad_norm = NAN;  // global, before clipping
+  std::vector<double> group_update_norms;  // [G] L2 norm of this step's update per group
+};
+
+class UpdatePredictor {
+ public:
+  virtual ~UpdatePredictor() = default;
+  virtual std::string name() const = 0;
+
+  // After each recorded real step: deltas[i] = w_after - w_before of parameter i.
+  virtual void observe(const std::vector<at::Tensor>& deltas, const TrainingFeatures& features) = 0;
+  // The weights jumped (a predict phase, an unrecorded stretch): the next observation starts a
+  // new trajectory. Learned state (the rssm's model) survives; update histories do not.
+  virtual void reset_history() = 0;
+  virtual bool ready() const = 0;  // enough history to predict
+
+  // Writes into out (preallocated, shaped like the deltas) the update of the step that comes
+  // steps_ahead after the last observed one (1 = the next). In the units observed: the caller
+  // rescales for a changed learning rate.
+  virtual void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead) = 0;
+
+  // Predicted relative change of the training loss over the next steps_ahead steps
+  // (e.g. -0.01 = 1 % lower); NaN when the predictor does not model the loss.
+  virtual double predicted_loss_change(int64_t /*steps_ahead*/) { return NAN; }
+  // The predictor's own reliability estimate in [0, 1] (fit residual, ensemble agreement).
+  virtual double self_confidence() const { return 1.0; }
+  // Whether observe() reads TrainingFeatures::group_update_norms (a pass over the update).
+  virtual bool wants_group_norms() const { return false; }
+
+  virtual int64_t state_bytes() const = 0;  // tensor bytes the predictor holds
+  virtual void save(torch::serialize::OutputArchive& archive) const = 0;
+  virtual void load(torch::serialize::InputArchive& archive) = 0;
+};
+
+// (a) Extrapolation: repeat the last update, or a bias-corrected EMA of recent updates.
+std::unique_ptr<UpdatePredictor> make_last_predictor();
+std::unique_ptr<UpdatePredictor> make_ema_predictor(double beta);
+// (b) DMD-style: per tensor, a linear recurrence d[t] = sum_j c[j] d[t-j] (j = 1..rank) fitted by
+// least squares over the last `history` updates through their K x K Gram matrix.
+std::unique_ptr<UpdatePredictor> make_dmd_predictor(int64_t history, int64_t rank, double ridge);
+// (c) RSSM-lite: an ensemble of GRU + stochastic-latent models over TrainingFeatures that predicts
+// the loss change and per-group multipliers of the EMA update direction.
+std::unique_ptr<UpdatePredictor> make_rssm_predictor(const HybridOptions& options);
+// By options.predictor: "last" | "ema" | "dmd" | "rssm".
+std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& options);
+
+// group[i] for tensor i: num_groups contiguous runs of near-equal length (fewer if fewer tensors).
+std::vector<int64_t> layer_groups(int64_t num_tensors, int64_t num_groups);
+
+}  // namespace ht

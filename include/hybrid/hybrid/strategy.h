@@ -1,0 +1,153 @@
+// The hybrid predictive training engine as an ht::StepStrategy, its end-of-run summary, and the
+// Lookahead baseline. The trainer calls run_step() once per step; real steps go through
+// Trainer::full_step(), predicted steps add predicted updates to the weights under no-grad.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybrid/core/trainer.h"
+#include "hybrid/hybrid/controller.h"
+#include "hybrid/hybrid/divergence.h"
+#include "hybrid/hybrid/options.h"
+#include "hybrid/hybrid/predictor.h"
+#include "hybrid/hybrid/snapshot.h"
+
+namespace ht {
+
+struct HybridSummary {
+  std::string predictor;
+  int64_t steps = 0;
+  int64_t steps_by_phase[4] = {0, 0, 0, 0};   // indexed by Phase
+  double ms_by_phase[4] = {0, 0, 0, 0};
+  int64_t predicted_applied = 0;   // predicted updates added to the weights
+  int64_t predicted_kept = 0;      // of those, not rolled back
+  int64_t verifications = 0;
+  int64_t accepted = 0;
+  int64_t rollbacks = 0;
+  int64_t verify_forwards = 0;     // forward passes spent on verification and rate probes
+  int64_t phases_predict = 0;
+  int64_t snapshot_bytes = 0;      // rollback buffer size
+  int64_t snapshot_bytes_copied = 0;
+  int64_t buffer_bytes = 0;        // recording + prediction buffers
+  int64_t predictor_bytes = 0;
+  double plain_step_ms = 0.0;      // EMA of an unrecorded full step
+  double recorded_step_ms = 0.0;   // EMA of a recorded full step
+  double estimated_saved_ms = 0.0; // kept predictions x plain step - predict time - recording cost
+  double final_confidence = 0.0;
+  int64_t final_horizon = 0;
+
+  double share_predicted() const { return steps ? double(steps_by_phase[2]) / steps : 0.0; }
+  double acceptance_rate() const { return verifications ? double(accepted) / verifications : 0.0; }
+  std::string to_string() const;
+};
+
+class HybridStrategy : public StepStrategy {
+ public:
+  // predictor: nullptr builds the one options.predictor names (tests inject their own).
+  explicit HybridStrategy(HybridOptions options, std::unique_ptr<UpdatePredictor> predictor = nullptr);
+
+  StepRecord run_step(Trainer& trainer) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+  void on_finish(Trainer& trainer) override;
+
+  const HybridSummary& summary() const { return summary_; }
+  const PhaseController& controller() const { return ctl_; }
+  const HybridOptions& options() const { return opt_; }
+  UpdatePredictor& predictor() { return *predictor_; }
+
+ private:
+  void ensure_buffers(Trainer& trainer);
+  FullStepResult real_step(Trainer& trainer, bool record, StepRecord& rec);
+  void predicted_step(Trainer& trainer, StepRecord& rec);
+  void enter_predict(Trainer& trainer);
+  void finish_predict_phase(Trainer& trainer, double final_probe_loss);
+  std::string check_prediction(double actual, double predicted);
+  void rollback(Trainer& trainer, const std::string& why, StepRecord& rec);
+  void measure_probe_before_decision(Trainer& trainer);
+  double probe_loss(Trainer& trainer, const Batch& batch);
+  double batch_loss(Trainer& trainer, const Batch& batch);
+  void measure_prediction_error(StepRecord& rec);
+  TrainingFeatures features(Trainer& trainer, const FullStepResult& r);
+  void update_loss_stats(double loss);
+  void log_transition(Trainer& trainer, const std::string& what);
+
+  HybridOptions opt_;
+  std::unique_ptr<UpdatePredictor> predictor_;
+  PhaseController ctl_;
+  DivergenceDetector div_;
+  WeightSnapshot snapshot_;
+
+  // Parameter handles (shared storage with the model) and preallocated per-parameter buffers.
+  std::vector<at::Tensor> params_;     // the optimizer's parameters
+  std::vector<at::Tensor> state_;      // params_ + floating module buffers: what a rollback restores
+  std::vector<at::Tensor> before_;     // weights before a recorded step
+  std::vector<at::Tensor> delta_;      // the update that step made
+  std::vector<at::Tensor> predicted_;  // predictor output
+  std::vector<int64_t> group_;         // layer group of each parameter
+  int64_t num_groups_ = 0;
+  int64_t max_steps_ = 0;
+
+  // Trajectory bookkeeping.
+  double lr_observed_ = 0.0;     // lr of the last observed update (predictions are rescaled)
+  int64_t ahead_ = 0;            // predicted steps applied since the last observation
+  bool contiguous_ = false;      // the previous step was a recorded real step
+  bool measure_next_ = false;    // the next real step measures the prediction error
+  int64_t measure_ahead_ = 0;
+  double measure_scale_ = 1.0;
+
+  // Loss statistics of real steps.
+  double loss_ema_ = NAN;
+  double loss_var_ = 0.0;
+  double loss_slope_ = 0.0;      // EMA of the per-step change of loss_ema_ (negative: falling)
+
+  // Verification state of the current predict phase. The probe batch is drawn from the training
+  // stream and never trained on; it verifies (holdout mode) and measures both modes' rates.
+  Batch probe_;
+  bool have_probe_ = false;
+  int64_t phases_on_probe_ = 0;  // predict phases verified on the current probe batch
+  double ref_loss_ = NAN;        // loss at the last verified point (probe or train-loss EMA)
+  int64_t ref_ahead_ = 0;        // ahead_ at that point
+  double entry_loss_ = NAN;      // probe loss when the phase began
+  double decision_loss_ = NAN;   // probe loss measured just before the controller decided
+  bool have_decision_loss_ = false;
+  double phase_sum_ = 0.0;       // batch mode: sum and count of this phase's step losses
+  int64_t phase_n_ = 0;
+
+  // Rates: loss decrease per second of a predict phase and of the real steps after it.
+  double phase_ms_ = 0.0;        // time spent in this predict phase so far
+  double stretch_ms_ = 0.0;      // time in real steps since the last predict phase ended
+  double end_loss_ = NAN;        // probe loss when the last predict phase ended
+  bool have_end_loss_ = false;
+  double pending_pred_rate_ = 0.0;
+  int64_t held_steps_ = 0;       // full steps run without recording
+
+  HybridSummary summary_;
+  bool buffers_ready_ = false;
+};
+
+std::unique_ptr<StepStrategy> make_hybrid_strategy(const HybridOptions& options);
+
+// Lookahead (Zhang et al. 2019) over the trainer's optimizer: every k full steps
+// slow += alpha * (fast - slow); fast := slow. Optimizer state is kept. No learning, no prediction.
+class LookaheadStrategy : public StepStrategy {
+ public:
+  LookaheadStrategy(int64_t k, double alpha);
+  StepRecord run_step(Trainer& trainer) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+  int64_t slow_bytes() const;
+
+ private:
+  int64_t k_;
+  double alpha_;
+  int64_t count_ = 0;  // full steps since the last synchronisation
+  std::vector<at::Tensor> slow_;
+};
+
+std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k = 5, double alpha = 0.5);
+
+}  // namespace ht

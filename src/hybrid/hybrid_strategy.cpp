@@ -1,0 +1,575 @@
+// The hybrid engine's step logic: real steps that record the optimizer's updates, predicted steps
+// that add predicted updates to the weights in place (no backward, no graph, no model copy),
+// verification against real losses, bit-exact rollback, and the bookkeeping behind the summary.
+#include "hybrid/hybrid/strategy.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "archive_io.h"
+#include "hybrid/core/allocator.h"
+
+namespace ht {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Probe batches are reused for several predict phases: one forward then serves as both the end
+// of a full stretch and the start of the next phase. A fresh batch now and then keeps accepted
+// predictions from fitting one batch.
+constexpr int64_t kProbeRefreshPhases = 4;
+constexpr double kLossEma = 0.9;
+constexpr double kTimeEma = 0.9;
+
+int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
+  int64_t b = 0;
+  for (const auto& t : ts) b += t.numel() * static_cast<int64_t>(t.element_size());
+  return b;
+}
+
+void ema(double& acc, double x, double beta) { acc = acc == 0.0 ? x : beta * acc + (1.0 - beta) * x; }
+
+}  // namespace
+
+std::string HybridSummary::to_string() const {
+  std::ostringstream os;
+  os.precision(3);
+  os << "hybrid summary (" << predictor << "): " << steps << " steps, " << 100.0 * share_predicted()
+     << "% predicted (" << predicted_kept << " of " << predicted_applied << " predicted updates kept), "
+     << "acceptance " << 100.0 * acceptance_rate() << "% of " << verifications << " verifications, "
+     << rollbacks << " rollbacks, " << phases_predict << " predict phases, " << verify_forwards
+     << " verification forwards; ms warmup/full/predict/correct " << ms_by_phase[0] << "/"
+     << ms_by_phase[1] << "/" << ms_by_phase[2] << "/" << ms_by_phase[3] << "; step ms plain "
+     << plain_step_ms << ", recorded " << recorded_step_ms << "; estimated time saved "
+     << estimated_saved_ms << " ms; snapshot " << snapshot_bytes << " B (copied "
+     << snapshot_bytes_copied << " B), buffers " << buffer_bytes << " B, predictor "
+     << predictor_bytes << " B; final confidence " << final_confidence << ", horizon " << final_horizon;
+  return os.str();
+}
+
+HybridStrategy::HybridStrategy(HybridOptions options, std::unique_ptr<UpdatePredictor> predictor)
+    : opt_((options.validate(), std::move(options))),
+      predictor_(predictor ? std::move(predictor) : make_update_predictor(opt_)),
+      ctl_(opt_),
+      div_(opt_.loss_window, opt_.spike_zscore, opt_.grad_explosion) {
+  summary_.predictor = predictor_->name();
+}
+
+std::unique_ptr<StepStrategy> make_hybrid_strategy(const HybridOptions& options) {
+  return std::make_unique<HybridStrategy>(options);
+}
+
+void HybridStrategy::ensure_buffers(Trainer& trainer) {
+  if (buffers_ready_) return;
+  params_ = trainer.optimizer().parameters();
+  if (params_.empty()) throw std::invalid_argument("HybridStrategy: the optimizer has no parameters");
+  state_ = params_;
+  // Running statistics (batch norm) move during forwards too; a rollback must restore them.
+  for (const auto& b : trainer.objective().module().buffers()) {
+    if (b.is_floating_point()) state_.push_back(b);
+  }
+  for (const auto& p : params_) {
+    const auto opts = p.options().requires_grad(false);
+    before_.push_back(torch::empty(p.sizes(), opts));
+    delta_.push_back(torch::empty(p.sizes(), opts));
+    predicted_.push_back(torch::empty(p.sizes(), opts));
+  }
+  group_ = layer_groups(static_cast<int64_t>(params_.size()), opt_.groups);
+  num_groups_ = group_.back() + 1;
+  snapshot_.allocate(state_, opt_.snapshot_on_host);
+  max_steps_ = trainer.options().max_steps;
+  summary_.snapshot_bytes = snapshot_.bytes();
+  summary_.buffer_bytes = 3 * tensor_bytes(params_);
+  buffers_ready_ = true;
+}
+
+void HybridStrategy::log_transition(Trainer& trainer, const std::string& what) {
+  if (what.empty()) return;
+  trainer.logger().on_message(Level::Info, "hybrid: step " + std::to_string(trainer.step() + 1) + ": " + what);
+}
+
+void HybridStrategy::update_loss_stats(double loss) {
+  if (!std::isfinite(loss)) return;
+  if (std::isnan(loss_ema_)) {
+    loss_ema_ = loss;
+    return;
+  }
+  const double prev = loss_ema_;
+  const double d = loss - loss_ema_;
+  loss_ema_ += (1.0 - kLossEma) * d;
+  loss_var_ = kLossEma * (loss_var_ + (1.0 - kLossEma) * d * d);
+  loss_slope_ = kLossEma * loss_slope_ + (1.0 - kLossEma) * (loss_ema_ - prev);
+}
+
+TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult& r) {
+  TrainingFeatures f;
+  f.step = trainer.step();
+  f.progress = max_steps_ > 0 ? static_cast<double>(trainer.step()) / static_cast<double>(max_steps_) : 0.0;
+  f.lr = trainer.optimizer().lr();
+  f.loss = r.loss;
+  f.loss_ema = loss_ema_;
+  f.loss_var = loss_var_;
+  f.grad_norm = r.grad_norm;
+  if (predictor_->wants_group_norms()) {
+    std::vector<double> sq(static_cast<size_t>(num_groups_), 0.0);
+    for (size_t i = 0; i < delta_.size(); ++i) {
+      const double n = delta_[i].norm().item<double>();
+      sq[static_cast<size_t>(group_[i])] += n * n;
+    }
+    for (double& s : sq) s = std::sqrt(s);
+    f.group_update_norms = std::move(sq);
+  }
+  return f;
+}
+
+FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepRecord& rec) {
+  have_decision_loss_ = false;  // the weights are about to move
+  const bool measure = record && measure_next_ && predictor_->ready();
+  if (measure) predictor_->predict_into(predicted_, measure_ahead_);
+  if (record) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) before_[i].copy_(params_[i]);
+  }
+  const FullStepResult r = trainer.full_step();
+  const double lr = trainer.optimizer().lr();
+  if (record) {
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i) at::sub_out(delta_[i], params_[i], before_[i]);
+    }
+    if (measure) {
+      measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
+      measure_prediction_error(rec);
+    }
+    // The history is one trajectory of consecutive real updates; a jump starts a new one.
+    if (!contiguous_ || ahead_ > 0) predictor_->reset_history();
+    predictor_->observe(delta_, features(trainer, r));
+    lr_observed_ = lr;
+    ahead_ = 0;
+    measure_next_ = false;
+  }
+  contiguous_ = record;
+  update_loss_stats(r.loss);
+  div_.observe_real_step(r.loss, r.grad_norm);
+  rec.loss = r.loss;
+  rec.grad_norm = r.grad_norm;
+  rec.lr = lr;
+  rec.items_per_sec = static_cast<double>(r.items);  // turned into a rate in run_step
+  return r;
+}
+
+void HybridStrategy::measure_prediction_error(StepRecord& rec) {
+  // Per tensor: cosine between the predicted and the true update, and |true - predicted| / |true|;
+  // aggregated weighted by element count.
+  torch::NoGradGuard no_grad;
+  const double s = measure_scale_;
+  double cos_sum = 0.0, err_sum = 0.0, weight = 0.0;
+  for (size_t i = 0; i < delta_.size(); ++i) {
+    const at::Tensor d = delta_[i].reshape({-1});
+    const at::Tensor p = predicted_[i].reshape({-1});
+    const double dp = at::dot(d, p).item<double>() * s;
+    const double dd = at::dot(d, d).item<double>();
+    const double pp = at::dot(p, p).item<double>() * s * s;
+    const double w = static_cast<double>(d.numel());
+    const double cos = (dd > 0.0 && pp > 0.0) ? dp / std::sqrt(dd * pp) : 0.0;
+    const double err = dd > 0.0 ? std::sqrt(std::max(0.0, dd - 2.0 * dp + pp) / dd) : 0.0;
+    cos_sum += w * cos;
+    err_sum += w * err;
+    weight += w;
+  }
+  const double cos = cos_sum / weight, err = err_sum / weight;
+  ctl_.on_direction_error(cos, err);
+  rec.extra["pred_cosine"] = cos;
+  rec.extra["pred_rel_error"] = err;
+  rec.extra["pred_steps_ahead"] = static_cast<double>(measure_ahead_);
+}
+
+double HybridStrategy::probe_loss(Trainer& trainer, const Batch& batch) {
+  // Eval mode: no dropout noise in a paired comparison. No grad: nothing is built for backward.
+  torch::NoGradGuard no_grad;
+  auto& module = trainer.objective().module();
+  const bool was_training = module.is_training();
+  module.eval();
+  const double loss = trainer.objective().loss(batch).item<double>();
+  if (was_training) module.train();
+  ++summary_.verify_forwards;
+  return loss;
+}
+
+double HybridStrategy::batch_loss(Trainer& trainer, const Batch& batch) {
+  // Train mode: comparable with the real steps' losses the band is built from.
+  torch::NoGradGuard no_grad;
+  ++summary_.verify_forwards;
+  return trainer.objective().loss(batch).item<double>();
+}
+
+void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
+  // One forward ends the full stretch (its loss decrease per second) and, if the controller
+  // opens a predict phase now, is also that phase's starting loss.
+  if (!have_probe_) return;
+  const double now = probe_loss(trainer, probe_);
+  if (have_end_loss_ && stretch_ms_ > 0.0) {
+    const double full_rate = (end_loss_ - now) / (stretch_ms_ / 1000.0);
+    ctl_.on_rates(pending_pred_rate_, full_rate);
+    have_end_loss_ = false;
+  }
+  decision_loss_ = now;
+  have_decision_loss_ = true;
+}
+
+void HybridStrategy::enter_predict(Trainer& trainer) {
+  if (!have_probe_ || !have_decision_loss_ || phases_on_probe_ >= kProbeRefreshPhases) {
+    probe_ = trainer.data().next_train_batch();
+    have_probe_ = true;
+    phases_on_probe_ = 0;
+    decision_loss_ = probe_loss(trainer, probe_);
+  }
+  ++phases_on_probe_;
+  have_decision_loss_ = false;
+  entry_loss_ = decision_loss_;
+  snapshot_.capture(state_);
+  ref_ahead_ = ahead_;
+  ref_loss_ = opt_.verify == "holdout" ? entry_loss_ : loss_ema_;
+  phase_sum_ = 0.0;
+  phase_n_ = 0;
+  phase_ms_ = 0.0;
+  div_.start_phase();
+  div_.observe_verified(ref_loss_);
+  ++summary_.phases_predict;
+}
+
+void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_loss) {
+  // Progress kept by this phase per second of it, paired with the next full stretch later.
+  if (std::isnan(final_probe_loss)) {
+    const auto t0 = Clock::now();
+    final_probe_loss = probe_loss(trainer, probe_);
+    phase_ms_ += ms_since(t0);
+  }
+  pending_pred_rate_ = phase_ms_ > 0.0 ? (entry_loss_ - final_probe_loss) / (phase_ms_ / 1000.0) : 0.0;
+  end_loss_ = final_probe_loss;
+  have_end_loss_ = true;
+  stretch_ms_ = 0.0;
+  measure_next_ = true;
+  measure_ahead_ = ahead_ + 1;
+  measure_scale_ = ctl_.step_scale();
+}
+
+std::string HybridStrategy::check_prediction(double actual, double predicted) {
+  std::string why = div_.check_loss(actual);
+  if (!why.empty()) return why;
+  if (opt_.verify == "holdout") {
+    // Paired on one batch: any rise beyond the tolerance is the prediction's doing.
+    if (actual > ref_loss_ + opt_.tolerance * std::abs(ref_loss_)) {
+      std::ostringstream os;
+      os.precision(6);
+      os << "probe loss " << actual << " above the last verified " << ref_loss_;
+      return os.str();
+    }
+  } else {
+    // Different batches: test the phase's mean loss against the reference with its noise.
+    const double sd = std::sqrt(std::max(loss_var_, 0.0));
+    const double mean = phase_sum_ / static_cast<double>(phase_n_);
+    const double band = 2.0 * sd / std::sqrt(static_cast<double>(phase_n_)) + opt_.tolerance * std::abs(ref_loss_);
+    if (mean > std::max(predicted, ref_loss_) + band) {
+      std::ostringstream os;
+      os.precision(6);
+      os << "mean loss " << mean << " of " << phase_n_ << " predicted steps above the band "
+         << ref_loss_ << " + " << band;
+      return os.str();
+    }
+  }
+  div_.observe_verified(actual);
+  return div_.check_oscillation();
+}
+
+void HybridStrategy::rollback(Trainer& trainer, const std::string& why, StepRecord& rec) {
+  snapshot_.restore(state_);
+  const int64_t lost = ahead_ - ref_ahead_;
+  ahead_ = ref_ahead_;
+  ++summary_.rollbacks;
+  rec.extra["rolled_back"] = 1.0;
+  rec.extra["rolled_back_steps"] = static_cast<double>(lost);
+  trainer.logger().on_message(Level::Info, "hybrid: step " + std::to_string(trainer.step() + 1) +
+                                               ": rollback of " + std::to_string(lost) +
+                                               " predicted steps: " + why);
+}
+
+void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
+  const auto t0 = Clock::now();
+  if (ctl_.steps_in_phase() == 0) enter_predict(trainer);
+  const int64_t index = ctl_.steps_in_phase() + 1;  // 1-based within the phase
+  const bool last = index >= ctl_.horizon();
+
+  trainer.set_lr_for_current_step();
+  const double lr = trainer.optimizer().lr();
+  ++ahead_;
+  predictor_->predict_into(predicted_, ahead_);
+  const double scale = (lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0) * ctl_.step_scale();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i], scale);
+  }
+  ++summary_.predicted_applied;
+  have_decision_loss_ = false;
+  rec.lr = lr;
+  rec.extra["step_scale"] = scale;
+
+  // What the loss should be: the predictor's own model if it has one, else the recent per-step
+  // trend of real steps carried over the steps predicted since the last verified point.
+  const double steps_since_ref = static_cast<double>(ahead_ - ref_ahead_);
+  double predicted = ref_loss_ + loss_slope_ * steps_since_ref * ctl_.step_scale();
+  const double rel = predictor_->predicted_loss_change(ahead_);
+  if (std::isfinite(rel)) predicted = ref_loss_ * (1.0 + rel);
+  rec.extra["predicted_loss"] = predicted;
+
+  double actual = NAN;
+  bool verify = false;
+  if (opt_.verify == "batch") {
+    actual = batch_loss(trainer, trainer.data().next_train_batch());
+    rec.loss = actual;
+    phase_sum_ += actual;
+    ++phase_n_;
+    verify = true;
+  } else if (index % opt_.verify_every == 0 || last) {
+    actual = probe_loss(trainer, probe_);
+    verify = true;
+  }
+  rec.extra["verified"] = verify ? 1.0 : 0.0;
+  if (!verify) {
+    phase_ms_ += ms_since(t0);
+    log_transition(trainer, ctl_.on_predicted_step());
+    return;
+  }
+
+  rec.extra["actual_loss"] = actual;
+  ++summary_.verifications;
+  const std::string why = check_prediction(actual, predicted);
+  const double unit = opt_.verify == "holdout"
+                          ? std::max(std::abs(predicted - ref_loss_), 1e-6 * std::abs(ref_loss_) + 1e-12)
+                          : std::max(std::sqrt(loss_var_), 1e-12);
+  ctl_.on_loss_error(std::abs(actual - predicted) / unit);
+  ctl_.set_predictor_confidence(predictor_->self_confidence());
+
+  if (!why.empty()) {
+    ctl_.on_verification(false);
+    rec.extra["accepted"] = 0.0;
+    rollback(trainer, why, rec);
+    phase_ms_ += ms_since(t0);
+    finish_predict_phase(trainer, opt_.verify == "holdout" ? ref_loss_ : NAN);
+    log_transition(trainer, ctl_.on_rollback());
+    // The step is not lost: it becomes the first correct step, a real one from the restored point.
+    const auto t1 = Clock::now();
+    real_step(trainer, true, rec);
+    rec.phase = phase_name(Phase::Correct);
+    log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
+    stretch_ms_ += ms_since(t1);
+    return;
+  }
+
+  ctl_.on_verification(true);
+  ++summary_.accepted;
+  rec.extra["accepted"] = 1.0;
+  const bool refresh = opt_.verify == "holdout" || phase_n_ % opt_.verify_every == 0;
+  if (refresh || last) {
+    summary_.predicted_kept += ahead_ - ref_ahead_;
+    if (opt_.verify == "holdout") ref_loss_ = actual;
+    if (!last) snapshot_.capture(state_);
+    ref_ahead_ = ahead_;
+  }
+  phase_ms_ += ms_since(t0);
+  if (last) finish_predict_phase(trainer, opt_.verify == "holdout" ? actual : NAN);
+  log_transition(trainer, ctl_.on_predicted_step());
+}
+
+StepRecord HybridStrategy::run_step(Trainer& trainer) {
+  ensure_buffers(trainer);
+  reset_peak_bytes();
+  const auto t0 = Clock::now();
+  StepRecord rec;
+  const Phase phase = ctl_.phase();
+  rec.phase = phase_name(phase);
+  if (phase == Phase::Predict) {
+    predicted_step(trainer, rec);
+  } else {
+    const bool record = ctl_.recording();
+    if (phase == Phase::Full && !record) ++held_steps_;
+    const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
+    const FullStepResult r = real_step(trainer, record, rec);
+    if (first_correct) {
+      const std::string why = div_.check_grad(r.grad_norm);
+      if (!why.empty()) {
+        // The weights the predict phase left passed verification yet produce an exploding
+        // gradient: count it against the predictor, keep the (clipped) real step.
+        ctl_.on_verification(false);
+        rec.extra["divergence"] = 1.0;
+        trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
+      }
+    }
+    if (ctl_.decision_due(predictor_->ready())) measure_probe_before_decision(trainer);
+    const double ms = ms_since(t0);
+    ema(record ? summary_.recorded_step_ms : summary_.plain_step_ms, ms, kTimeEma);
+    log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
+    stretch_ms_ += ms;
+  }
+  trainer.advance_step();
+
+  rec.step = trainer.step();
+  rec.ms = ms_since(t0);
+  rec.items_per_sec = rec.items_per_sec > 0.0 && rec.ms > 0.0 ? rec.items_per_sec / (rec.ms / 1000.0) : 0.0;
+  rec.extra["confidence"] = ctl_.confidence();
+  rec.extra["horizon"] = static_cast<double>(ctl_.horizon());
+  if (!rec.extra.count("rolled_back")) rec.extra["rolled_back"] = 0.0;
+  const AllocatorStats mem = allocator_stats();
+  rec.tensor_bytes = mem.current_bytes;
+  rec.peak_bytes = mem.peak_bytes;
+
+  const int idx = rec.phase == "predict" ? 2 : rec.phase == "correct" ? 3 : rec.phase == "warmup" ? 0 : 1;
+  ++summary_.steps;
+  ++summary_.steps_by_phase[idx];
+  summary_.ms_by_phase[idx] += rec.ms;
+  return rec;
+}
+
+void HybridStrategy::on_finish(Trainer& trainer) {
+  HybridSummary& s = summary_;
+  s.snapshot_bytes_copied = snapshot_.bytes_copied();
+  s.predictor_bytes = predictor_->state_bytes();
+  s.final_confidence = ctl_.confidence();
+  s.final_horizon = ctl_.horizon();
+  const double plain = s.plain_step_ms > 0.0 ? s.plain_step_ms : s.recorded_step_ms;
+  const int64_t recorded = s.steps_by_phase[3] + (s.steps_by_phase[1] - held_steps_);
+  s.estimated_saved_ms = static_cast<double>(s.predicted_kept) * plain - s.ms_by_phase[2] -
+                         static_cast<double>(recorded) * std::max(0.0, s.recorded_step_ms - plain);
+  trainer.logger().on_message(Level::Info, s.to_string());
+}
+
+void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
+  using archive_io::put;
+  put(a, "version", int64_t{1});
+  put(a, "predictor_name", predictor_->name());
+  torch::serialize::OutputArchive c(a.compilation_unit()), d(a.compilation_unit()),
+      s(a.compilation_unit()), p(a.compilation_unit());
+  ctl_.save(c);
+  div_.save(d);
+  snapshot_.save(s);
+  predictor_->save(p);
+  a.write("controller", c);
+  a.write("divergence", d);
+  a.write("snapshot", s);
+  a.write("predictor", p);
+
+  put(a, "lr_observed", lr_observed_);
+  put(a, "ahead", ahead_);
+  put(a, "contiguous", contiguous_);
+  put(a, "measure_next", measure_next_);
+  put(a, "measure_ahead", measure_ahead_);
+  put(a, "measure_scale", measure_scale_);
+  put(a, "loss_ema", loss_ema_);
+  put(a, "loss_var", loss_var_);
+  put(a, "loss_slope", loss_slope_);
+  put(a, "have_probe", have_probe_);
+  if (have_probe_) {
+    a.write("probe_input", probe_.input, true);
+    a.write("probe_target", probe_.target, true);
+  }
+  put(a, "phases_on_probe", phases_on_probe_);
+  put(a, "ref_loss", ref_loss_);
+  put(a, "ref_ahead", ref_ahead_);
+  put(a, "entry_loss", entry_loss_);
+  put(a, "decision_loss", decision_loss_);
+  put(a, "have_decision_loss", have_decision_loss_);
+  put(a, "phase_sum", phase_sum_);
+  put(a, "phase_n", phase_n_);
+  put(a, "phase_ms", phase_ms_);
+  put(a, "stretch_ms", stretch_ms_);
+  put(a, "end_loss", end_loss_);
+  put(a, "have_end_loss", have_end_loss_);
+  put(a, "pending_pred_rate", pending_pred_rate_);
+  put(a, "held_steps", held_steps_);
+
+  const HybridSummary& m = summary_;
+  put(a, "s_steps", m.steps);
+  put(a, "s_steps_by_phase", std::vector<double>(m.steps_by_phase, m.steps_by_phase + 4));
+  put(a, "s_ms_by_phase", std::vector<double>(m.ms_by_phase, m.ms_by_phase + 4));
+  put(a, "s_counts", std::vector<double>{double(m.predicted_applied), double(m.predicted_kept),
+                                         double(m.verifications), double(m.accepted), double(m.rollbacks),
+                                         double(m.verify_forwards), double(m.phases_predict)});
+  put(a, "s_plain_ms", m.plain_step_ms);
+  put(a, "s_recorded_ms", m.recorded_step_ms);
+}
+
+void HybridStrategy::load(torch::serialize::InputArchive& a) {
+  using namespace archive_io;
+  const std::string name = get_string(a, "predictor_name");
+  if (name != predictor_->name()) {
+    throw std::runtime_error("hybrid state was saved with predictor \"" + name + "\", this run uses \"" +
+                             predictor_->name() + "\": resume with the same hybrid.predictor");
+  }
+  torch::serialize::InputArchive c, d, s, p;
+  a.read("controller", c);
+  a.read("divergence", d);
+  a.read("snapshot", s);
+  a.read("predictor", p);
+  ctl_.load(c);
+  div_.load(d);
+  snapshot_.load(s);
+  predictor_->load(p);
+
+  lr_observed_ = get_double(a, "lr_observed");
+  ahead_ = get_int(a, "ahead");
+  contiguous_ = get_bool(a, "contiguous");
+  measure_next_ = get_bool(a, "measure_next");
+  measure_ahead_ = get_int(a, "measure_ahead");
+  measure_scale_ = get_double(a, "measure_scale");
+  loss_ema_ = get_double(a, "loss_ema");
+  loss_var_ = get_double(a, "loss_var");
+  loss_slope_ = get_double(a, "loss_slope");
+  have_probe_ = get_bool(a, "have_probe");
+  if (have_probe_) {
+    probe_.input = get_tensor(a, "probe_input");
+    probe_.target = get_tensor(a, "probe_target");
+  }
+  phases_on_probe_ = get_int(a, "phases_on_probe");
+  ref_loss_ = get_double(a, "ref_loss");
+  ref_ahead_ = get_int(a, "ref_ahead");
+  entry_loss_ = get_double(a, "entry_loss");
+  decision_loss_ = get_double(a, "decision_loss");
+  have_decision_loss_ = get_bool(a, "have_decision_loss");
+  phase_sum_ = get_double(a, "phase_sum");
+  phase_n_ = get_int(a, "phase_n");
+  phase_ms_ = get_double(a, "phase_ms");
+  stretch_ms_ = get_double(a, "stretch_ms");
+  end_loss_ = get_double(a, "end_loss");
+  have_end_loss_ = get_bool(a, "have_end_loss");
+  pending_pred_rate_ = get_double(a, "pending_pred_rate");
+  held_steps_ = get_int(a, "held_steps");
+
+  HybridSummary& m = summary_;
+  m.steps = get_int(a, "s_steps");
+  const auto sp = get_doubles(a, "s_steps_by_phase");
+  const auto ms = get_doubles(a, "s_ms_by_phase");
+  const auto n = get_doubles(a, "s_counts");
+  if (sp.size() != 4 || ms.size() != 4 || n.size() != 7) throw std::runtime_error("hybrid state: bad summary");
+  for (int i = 0; i < 4; ++i) {
+    m.steps_by_phase[i] = static_cast<int64_t>(sp[i]);
+    m.ms_by_phase[i] = ms[i];
+  }
+  m.predicted_applied = static_cast<int64_t>(n[0]);
+  m.predicted_kept = static_cast<int64_t>(n[1]);
+  m.verifications = static_cast<int64_t>(n[2]);
+  m.accepted = static_cast<int64_t>(n[3]);
+  m.rollbacks = static_cast<int64_t>(n[4]);
+  m.verify_forwards = static_cast<int64_t>(n[5]);
+  m.phases_predict = static_cast<int64_t>(n[6]);
+  m.plain_step_ms = get_double(a, "s_plain_ms");
+  m.recorded_step_ms = get_double(a, "s_recorded_ms");
+}
+
+}  // namespace ht

@@ -1,0 +1,167 @@
+// Toy problems for the hybrid engine's tests, independent of the data and models libraries:
+// a quadratic bowl (known geometric SGD trajectory) and a noisy MLP regression (Adam, minibatches).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "hybrid/core/trainer.h"
+
+namespace toy {
+
+// Every batch is the same placeholder: the bowl's loss ignores it, so rejected or consumed
+// batches cannot change the trajectory.
+class ConstantData : public ht::DataSource {
+ public:
+  ht::Batch next_train_batch() override {
+    ++cursor_.position;
+    return {torch::zeros({1, 1}), torch::zeros({1})};
+  }
+  ht::DataCursor cursor() const override { return cursor_; }
+  void restore(const ht::DataCursor& c) override { cursor_ = c; }
+  int64_t num_val_batches() const override { return 1; }
+  ht::Batch val_batch(int64_t) const override { return {torch::zeros({1, 1}), torch::zeros({1})}; }
+  int64_t items_per_batch() const override { return 1; }
+
+ private:
+  ht::DataCursor cursor_;
+};
+
+// 0.5 * sum_i lambda_i (w_i - 1)^2 with few distinct curvatures: under SGD with a constant lr the
+// update of each coordinate shrinks by (1 - lr * lambda_i) per step, a sum of geometric modes.
+struct Bowl : torch::nn::Module {
+  explicit Bowl(int64_t n = 48) {
+    w = register_parameter("w", torch::zeros({n}));
+    lambda = register_buffer("lambda", torch::tensor({1.0f, 0.4f, 0.1f}).repeat({n / 3}));  // [n]
+  }
+  at::Tensor loss() { return 0.5 * (lambda * (w - 1.0).pow(2)).sum(); }
+  at::Tensor w, lambda;
+};
+
+// y = teacher(x) + noise; 64 fixed training batches cycled in order, 4 validation batches.
+class RegressionData : public ht::DataSource {
+ public:
+  explicit RegressionData(int64_t batch = 64, int64_t dim = 16, double noise = 0.1) {
+    auto gen = at::detail::createCPUGenerator(7);
+    auto w1 = torch::randn({dim, 32}, gen) / std::sqrt(double(dim));
+    auto w2 = torch::randn({32, 1}, gen) / std::sqrt(32.0);
+    auto make = [&](int64_t n) {
+      auto x = torch::randn({n, dim}, gen);
+      auto y = torch::tanh(x.mm(w1)).mm(w2) + noise * torch::randn({n, 1}, gen);
+      return ht::Batch{x, y};
+    };
+    for (int i = 0; i < 64; ++i) train_.push_back(make(batch));
+    for (int i = 0; i < 4; ++i) val_.push_back(make(256));
+    batch_ = batch;
+  }
+  ht::Batch next_train_batch() override {
+    const auto& b = train_[static_cast<size_t>(cursor_.position % 64)];
+    ++cursor_.position;
+    return b;
+  }
+  ht::DataCursor cursor() const override { return cursor_; }
+  void restore(const ht::DataCursor& c) override { cursor_ = c; }
+  int64_t num_val_batches() const override { return 4; }
+  ht::Batch val_batch(int64_t i) const override { return val_[static_cast<size_t>(i)]; }
+  int64_t items_per_batch() const override { return batch_; }
+
+ private:
+  std::vector<ht::Batch> train_, val_;
+  int64_t batch_;
+  ht::DataCursor cursor_;
+};
+
+struct Mlp : torch::nn::Module {
+  explicit Mlp(int64_t dim = 16, int64_t hidden = 64) {
+    fc1 = register_module("fc1", torch::nn::Linear(dim, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
+    fc3 = register_module("fc3", torch::nn::Linear(hidden, 1));
+  }
+  at::Tensor forward(const at::Tensor& x) {  // [B, dim] -> [B, 1]
+    return fc3(torch::tanh(fc2(torch::tanh(fc1(x)))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+
+// Collects the trainer's messages and step records.
+struct RecordingLogger : ht::Logger {
+  void on_step(const ht::StepRecord& r) override { steps.push_back(r); }
+  void on_message(ht::Level, const std::string& m) override { messages.push_back(m); }
+  std::vector<ht::StepRecord> steps;
+  std::vector<std::string> messages;
+};
+
+// A model, its objective, optimizer, data and trainer, built the same way every time.
+struct BowlRun {
+  explicit BowlRun(int64_t max_steps, double lr = 0.1) {
+    bowl = std::make_shared<Bowl>();
+    objective = ht::make_objective(bowl, [b = bowl.get()](const ht::Batch&) { return b->loss(); });
+    ht::SgdOptions so;
+    so.lr = lr;
+    so.momentum = 0.0;
+    optimizer = ht::make_sgd(bowl->parameters(), so);
+    ht::TrainerOptions to;
+    to.max_steps = max_steps;
+    to.grad_clip = 0.0;
+    to.schedule.kind = ht::LrSchedule::Kind::Constant;
+    to.schedule.base_lr = lr;
+    to.schedule.total_steps = max_steps;
+    trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
+  }
+  double loss() {
+    torch::NoGradGuard g;
+    return bowl->loss().item<double>();
+  }
+  std::shared_ptr<Bowl> bowl;
+  std::unique_ptr<ht::Objective> objective;
+  std::unique_ptr<ht::Optimizer> optimizer;
+  ConstantData data;
+  RecordingLogger logger;
+  std::unique_ptr<ht::Trainer> trainer;
+};
+
+struct MlpRun {
+  explicit MlpRun(int64_t max_steps, double lr = 3e-3, uint64_t seed = 0) {
+    torch::manual_seed(seed);
+    mlp = std::make_shared<Mlp>();
+    objective = ht::make_objective(mlp, [m = mlp.get()](const ht::Batch& b) {
+      return torch::mse_loss(m->forward(b.input), b.target);
+    });
+    ht::AdamWOptions ao;
+    ao.lr = lr;
+    ao.weight_decay = 0.0;
+    optimizer = ht::make_adamw(mlp->parameters(), ao);
+    ht::TrainerOptions to;
+    to.max_steps = max_steps;
+    to.grad_clip = 1.0;
+    to.schedule.kind = ht::LrSchedule::Kind::Constant;
+    to.schedule.base_lr = lr;
+    to.schedule.total_steps = max_steps;
+    trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
+  }
+  double val_loss() { return trainer->evaluate().val_loss; }
+  std::shared_ptr<Mlp> mlp;
+  std::unique_ptr<ht::Objective> objective;
+  std::unique_ptr<ht::Optimizer> optimizer;
+  RegressionData data;
+  RecordingLogger logger;
+  std::unique_ptr<ht::Trainer> trainer;
+};
+
+inline std::vector<at::Tensor> clone_all(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.detach().clone());
+  return out;
+}
+
+inline bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+
+}  // namespace toy
