@@ -27,7 +27,8 @@ using RecomputeFn = std::function<at::Tensor(const at::Tensor&)>;
 // fn simply runs without recompute. Without grad mode (evaluation) fn runs directly, no graph.
 // fn must be a pure function of its input and parameters: no in-place change of outside state.
 // Use backward(): like PyTorch's reentrant checkpoint, torch::autograd::grad() cannot return the
-// gradient of a parameter used inside fn (and still accumulates into its .grad()).
+// gradient of a parameter used inside fn (and still accumulates into its .grad()), and there is
+// no double backward (create_graph) through a recomputed region.
 at::Tensor recompute(RecomputeFn fn, const at::Tensor& input);
 at::Tensor recompute(RecomputeFn fn, const at::Tensor& input,
                      const std::vector<at::Tensor>& params);
