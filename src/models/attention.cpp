@@ -38,7 +38,9 @@ class NaiveCausalAttention : public torch::autograd::Function<NaiveCausalAttenti
     auto y = at::empty({B, T, C}, qkv.options());
     auto att = at::empty({B, n_head, T, T}, qkv.options());  // softmax probabilities
     at::Tensor keep;  // dropout multipliers, 0 or 1/(1-p)
-    if (dropout_p > 0.0) keep = at::empty_like(att).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p);
+    if (dropout_p > 0.0) {
+      keep = at::empty_like(att).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p);
+    }
 
     at::parallel_for(0, B * n_head, 1, [&](int64_t begin, int64_t end) {
       // Worker threads do not inherit the caller's grad mode; these are plain kernels anyway.
@@ -49,11 +51,11 @@ class NaiveCausalAttention : public torch::autograd::Function<NaiveCausalAttenti
         const int64_t b = i / n_head, h = i % n_head;
         const auto q = head(qkv, b, 0, h, C, hs), k = head(qkv, b, 1, h, C, hs);
         const auto v = head(qkv, b, 2, h, C, hs);
-        auto p = att.select(0, b).select(0, h);                        // [T, T]
+        auto p = att.select(0, b).select(0, h);  // [T, T]
         scores.copy_(causal);
         matmul_into(scores, q, k.t(), scale, /*beta=*/1.0f);  // mask + q k^T / sqrt(hs)
         at::softmax_out(p, scores, -1);
-        auto y_bh = head(y, b, 0, h, C, hs);                           // [T, hs], row stride C
+        auto y_bh = head(y, b, 0, h, C, hs);  // [T, hs], row stride C
         if (keep.defined()) {
           at::mul_out(dropped, p, keep.select(0, b).select(0, h));
           matmul_into(y_bh, dropped, v);

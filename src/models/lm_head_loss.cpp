@@ -30,9 +30,9 @@ at::Tensor chunked_loss(const at::Tensor& h, const at::Tensor& wte, const at::Te
   auto loss_sum = torch::zeros({}, h.options().dtype(at::kDouble));
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    const auto h_c = h.narrow(0, r0, n);                       // [n, C]
-    const auto t_c = targets.narrow(0, r0, n).unsqueeze(1);    // [n, 1]
-    auto logp = at::log_softmax(matmul2d(h_c, wte.t()), 1);    // [n, V]
+    const auto h_c = h.narrow(0, r0, n);                     // [n, C]
+    const auto t_c = targets.narrow(0, r0, n).unsqueeze(1);  // [n, 1]
+    auto logp = at::log_softmax(matmul2d(h_c, wte.t()), 1);  // [n, V]
     loss_sum -= logp.gather(1, t_c).sum(at::kDouble);
     if (!want_dh && !want_dwte) continue;
     // d(sum of losses)/dlogits = softmax - onehot; the 1/N of the mean rides on the GEMM alpha.
