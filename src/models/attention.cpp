@@ -10,6 +10,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "hybrid/models/gemm.h"
+
 namespace ht {
 namespace {
 
@@ -31,12 +33,14 @@ class NaiveCausalAttention : public torch::autograd::Function<NaiveCausalAttenti
                             const at::Tensor& mask, int64_t n_head, double dropout_p) {
     const auto qkv = qkv_in.contiguous();  // [B, T, 3C]
     const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const auto causal = mask.narrow(0, 0, T).narrow(1, 0, T);  // [T, T]
     auto y = at::empty({B, T, C}, qkv.options());
     auto att = at::empty({B, n_head, T, T}, qkv.options());  // softmax probabilities
     at::Tensor keep;  // dropout multipliers, 0 or 1/(1-p)
-    if (dropout_p > 0.0) keep = at::empty_like(att).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p);
+    if (dropout_p > 0.0) {
+      keep = at::empty_like(att).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p);
+    }
 
     at::parallel_for(0, B * n_head, 1, [&](int64_t begin, int64_t end) {
       // Worker threads do not inherit the caller's grad mode; these are plain kernels anyway.
@@ -47,15 +51,16 @@ class NaiveCausalAttention : public torch::autograd::Function<NaiveCausalAttenti
         const int64_t b = i / n_head, h = i % n_head;
         const auto q = head(qkv, b, 0, h, C, hs), k = head(qkv, b, 1, h, C, hs);
         const auto v = head(qkv, b, 2, h, C, hs);
-        auto p = att.select(0, b).select(0, h);                        // [T, T]
-        at::addmm_out(scores, causal, q, k.t(), /*beta=*/1.0, scale);  // mask + q k^T / sqrt(hs)
+        auto p = att.select(0, b).select(0, h);  // [T, T]
+        scores.copy_(causal);
+        matmul_into(scores, q, k.t(), scale, /*beta=*/1.0f);  // mask + q k^T / sqrt(hs)
         at::softmax_out(p, scores, -1);
-        auto y_bh = head(y, b, 0, h, C, hs);                           // [T, hs], row stride C
+        auto y_bh = head(y, b, 0, h, C, hs);  // [T, hs], row stride C
         if (keep.defined()) {
           at::mul_out(dropped, p, keep.select(0, b).select(0, h));
-          at::mm_out(y_bh, dropped, v);
+          matmul_into(y_bh, dropped, v);
         } else {
-          at::mm_out(y_bh, p, v);
+          matmul_into(y_bh, p, v);
         }
       }
     });
@@ -71,7 +76,7 @@ class NaiveCausalAttention : public torch::autograd::Function<NaiveCausalAttenti
     const int64_t n_head = ctx->saved_data["n_head"].toInt();
     const auto dy = grad_out[0].contiguous();  // [B, T, C]
     const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     auto dqkv = at::empty_like(qkv);  // [B, T, 3C]
 
     at::parallel_for(0, B * n_head, 1, [&](int64_t begin, int64_t end) {
@@ -87,18 +92,18 @@ class NaiveCausalAttention : public torch::autograd::Function<NaiveCausalAttenti
         const auto p = att.select(0, b).select(0, h);  // [T, T]
         auto dq = head(dqkv, b, 0, h, C, hs), dk = head(dqkv, b, 1, h, C, hs);
         auto dv = head(dqkv, b, 2, h, C, hs);
-        at::mm_out(dp, dy_bh, v.t());  // d(probabilities after dropout)
+        matmul_into(dp, dy_bh, v.t());  // d(probabilities after dropout)
         if (keep.defined()) {
           const auto keep_bh = keep.select(0, b).select(0, h);
           at::mul_out(dropped, p, keep_bh);
-          at::mm_out(dv, dropped.t(), dy_bh);
+          matmul_into(dv, dropped.t(), dy_bh);
           dp.mul_(keep_bh);
         } else {
-          at::mm_out(dv, p.t(), dy_bh);
+          matmul_into(dv, p.t(), dy_bh);
         }
         at::_softmax_backward_data_out(ds, dp, p, -1, p.scalar_type());  // d(scores)
-        at::addmm_out(dq, dq, ds, k, /*beta=*/0.0, scale);
-        at::addmm_out(dk, dk, ds.t(), q, /*beta=*/0.0, scale);
+        matmul_into(dq, ds, k, scale);
+        matmul_into(dk, ds.t(), q, scale);
       }
     });
     return {dqkv, at::Tensor(), at::Tensor(), at::Tensor()};

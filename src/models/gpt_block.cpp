@@ -1,8 +1,9 @@
-// GPT-2 block arithmetic. Linear layers use addmm on [B*T, in] views so bias and matmul are one
-// BLAS call and no weight is ever transposed or copied.
+// GPT-2 block arithmetic. Linear layers run on [B*T, in] views with the [in, out] weights as they
+// are: no weight is ever transposed or copied.
 #include "gpt_block.h"
 
 #include "hybrid/models/gelu.h"
+#include "hybrid/models/linear.h"
 
 namespace ht {
 
@@ -12,10 +13,7 @@ Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
 }
 
 at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
-  const int64_t in = weight.size(0), out = weight.size(1);
-  auto sizes = x.sizes().vec();
-  sizes.back() = out;
-  return at::addmm(bias, x.reshape({-1, in}), weight).view(sizes);  // [..., out]
+  return linear_in_out(x, weight, bias);  // [..., out]
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head)

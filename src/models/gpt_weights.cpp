@@ -12,7 +12,8 @@ namespace ht {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string shape_string(at::IntArrayRef shape) {
@@ -99,7 +100,9 @@ void load_gpt2_weights(GPT& model, const std::string& path) {
       msg += "\n  " + title + " (" + std::to_string(items.size()) + "):";
       const size_t shown = std::min<size_t>(items.size(), 12);
       for (size_t i = 0; i < shown; ++i) msg += "\n    " + items[i];
-      if (shown < items.size()) msg += "\n    ... and " + std::to_string(items.size() - shown) + " more";
+      if (shown < items.size()) {
+        msg += "\n    ... and " + std::to_string(items.size() - shown) + " more";
+      }
     };
     list("shape mismatches", mismatched);
     list("missing from the file", missing);

@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include "hybrid/models/gemm.h"
+
 namespace ht {
 namespace {
 
@@ -22,26 +24,26 @@ at::Tensor chunked_loss(const at::Tensor& h, const at::Tensor& wte, const at::Te
                         bool want_dh, bool want_dwte, HeadGrads* grads) {
   const int64_t N = h.size(0), V = wte.size(0);
   const int64_t rows = std::clamp<int64_t>(kChunkElements / V, 1, N);
-  const double inv_n = 1.0 / static_cast<double>(N);
+  const float inv_n = 1.0f / static_cast<float>(N);
   if (want_dh) grads->dh = at::empty_like(h);
   if (want_dwte) grads->dwte = at::empty_like(wte);
   auto loss_sum = torch::zeros({}, h.options().dtype(at::kDouble));
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    const auto h_c = h.narrow(0, r0, n);                       // [n, C]
-    const auto t_c = targets.narrow(0, r0, n).unsqueeze(1);    // [n, 1]
-    auto logp = at::log_softmax(at::mm(h_c, wte.t()), 1);      // [n, V]
+    const auto h_c = h.narrow(0, r0, n);                     // [n, C]
+    const auto t_c = targets.narrow(0, r0, n).unsqueeze(1);  // [n, 1]
+    auto logp = at::log_softmax(matmul2d(h_c, wte.t()), 1);  // [n, V]
     loss_sum -= logp.gather(1, t_c).sum(at::kDouble);
     if (!want_dh && !want_dwte) continue;
     // d(sum of losses)/dlogits = softmax - onehot; the 1/N of the mean rides on the GEMM alpha.
     auto dlogits = logp.exp_().scatter_add_(1, t_c, at::full({n, 1}, -1.0f, logp.options()));
     if (want_dh) {
       auto dh_c = grads->dh.narrow(0, r0, n);
-      at::addmm_out(dh_c, dh_c, dlogits, wte, /*beta=*/0.0, /*alpha=*/inv_n);  // [n, C]
+      matmul_into(dh_c, dlogits, wte, /*alpha=*/inv_n, /*beta=*/0.0f);  // [n, C]
     }
     if (want_dwte) {
-      at::addmm_out(grads->dwte, grads->dwte, dlogits.t(), h_c, /*beta=*/r0 == 0 ? 0.0 : 1.0,
-                    /*alpha=*/inv_n);  // [V, C]
+      matmul_into(grads->dwte, dlogits.t(), h_c, /*alpha=*/inv_n,
+                  /*beta=*/r0 == 0 ? 0.0f : 1.0f);  // [V, C]
     }
   }
   return loss_sum;

@@ -14,7 +14,8 @@ MLP::MLP(MLPConfig config) {
   widths.push_back(config.num_classes);
   for (size_t i = 0; i < widths.size(); ++i) {
     if (widths[i] < 1) throw std::invalid_argument("MLP: layer widths must be positive");
-    layers_.push_back(register_module("fc" + std::to_string(i + 1), torch::nn::Linear(in, widths[i])));
+    const std::string name = "fc" + std::to_string(i + 1);
+    layers_.push_back(register_module(name, torch::nn::Linear(in, widths[i])));
     in = widths[i];
   }
 }

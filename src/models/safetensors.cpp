@@ -79,7 +79,9 @@ struct Entry {
 Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& j) {
   if (!j.is_object()) fail_tensor(path, name, "header entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!j.contains(key)) fail_tensor(path, name, std::string("header entry lacks \"") + key + "\"");
+    if (!j.contains(key)) {
+      fail_tensor(path, name, std::string("header entry lacks \"") + key + "\"");
+    }
   }
   Entry e;
   e.name = name;

@@ -139,7 +139,8 @@ TEST(Safetensors, RejectsBrokenFilesNamingFileAndTensor) {
   write_bytes(path, make_file(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", eight));
   EXPECT_THAT(load_error(path), HasSubstr("last 4 bytes"));
 
-  write_bytes(path, make_file(R"({"a":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", eight));
+  write_bytes(path,
+              make_file(R"({"a":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", eight));
   EXPECT_THAT(load_error(path), HasSubstr("tensor 'a': unsupported dtype 'F8_E4M3'"));
 
   write_bytes(path, make_file(R"({"a":{"dtype":"U8","shape":[-8],"data_offsets":[0,8]}})", eight));

@@ -23,7 +23,7 @@ using AttentionCore =
 
 // "naive": exact attention that materialises each head's [T, T] probabilities (kept for
 // backward, so memory grows with B * n_head * T^2). Heads run in parallel, each with
-// single-threaded BLAS calls on strided views of qkv: no head split/merge copies. block_size
+// single-threaded GEMMs on strided views of qkv: no head split/merge copies. block_size
 // bounds T. Throws std::invalid_argument for an unknown name, listing the valid ones.
 AttentionCore make_attention_core(const std::string& name, int64_t block_size);
 std::vector<std::string> attention_core_names();
