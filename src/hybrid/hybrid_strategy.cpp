@@ -78,12 +78,12 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   for (const auto& b : trainer.objective().module().buffers()) {
     if (b.is_floating_point()) state_.push_back(b);
   }
-  // before_ and predicted_ may already hold state loaded from a checkpoint.
+  // predicted_ may already hold state loaded from a checkpoint.
   auto allocate = [&](std::vector<at::Tensor>& buffers) {
     if (!buffers.empty()) return;
     for (const auto& p : params_) buffers.push_back(torch::zeros(p.sizes(), p.options().requires_grad(false)));
   };
-  allocate(before_);
+  if (predictor_->input() == UpdatePredictor::Input::Updates) allocate(before_);
   allocate(delta_);
   allocate(predicted_);
   group_ = layer_groups(static_cast<int64_t>(params_.size()), opt_.groups);
@@ -91,7 +91,7 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   snapshot_.allocate(state_, opt_.snapshot_on_host);
   max_steps_ = trainer.options().max_steps;
   summary_.snapshot_bytes = snapshot_.bytes();
-  summary_.buffer_bytes = 3 * tensor_bytes(params_);
+  summary_.buffer_bytes = tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_);
   buffers_ready_ = true;
 }
 
@@ -136,14 +136,13 @@ TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult
 
 FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepRecord& rec) {
   have_decision_loss_ = false;  // the weights are about to move
-  const bool per_step = predictor_->observes_steps();
-  // A trajectory is consecutive real updates; predicted steps, an unrecorded stretch or a span
+  const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
+  // A trajectory is consecutive real steps; predicted steps, an unrecorded stretch or a stretch
   // already handed to the predictor start a new one.
   const bool fresh = !contiguous_ || ahead_ > 0 || !stretch_open_;
-  const bool measure = per_step && record && measure_next_ && predictor_->ready();
+  const bool measure = updates && record && measure_next_ && predictor_->ready();
   if (measure) predictor_->predict_into(predicted_, measure_ahead_);
-  if (record && (per_step || fresh)) {
-    // Per-step mode: the weights before this update. Span mode: the anchor of the stretch.
+  if (record && updates) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) before_[i].copy_(params_[i]);
   }
@@ -152,12 +151,12 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
   if (record) {
     if (fresh) {
       stretch_n_ = 0;
-      ahead_ = 0;  // the new trajectory starts here
-      if (per_step) predictor_->reset_history();
+      ahead_ = 0;
+      predictor_->reset_history();
     }
     ++stretch_n_;
     stretch_open_ = true;
-    if (per_step) {
+    if (updates) {
       {
         torch::NoGradGuard no_grad;
         for (size_t i = 0; i < params_.size(); ++i) at::sub_out(delta_[i], params_[i], before_[i]);
@@ -168,8 +167,9 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
       }
       predictor_->observe(delta_, features(trainer, r));
       lr_observed_ = lr;
-      ahead_ = 0;
       measure_next_ = false;
+    } else {
+      predictor_->observe_weights(params_, features(trainer, r));
     }
   }
   contiguous_ = record;
@@ -182,24 +182,16 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
   return r;
 }
 
-void HybridStrategy::observe_span(Trainer& trainer, const FullStepResult& r, StepRecord& rec) {
-  // The mean update over the stretch, (w - anchor) / n: the oscillating and noisy parts of the
-  // single updates cancel over the window, the drift along the valley floor remains.
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      at::sub_out(delta_[i], params_[i], before_[i]);
-      delta_[i].div_(static_cast<double>(stretch_n_));
-    }
-  }
-  const double lr = trainer.optimizer().lr();
-  if (measure_next_ && predictor_->ready()) {
-    // What the last predict phase applied per step against what real steps did since.
-    measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
+void HybridStrategy::end_stretch(Trainer& trainer, StepRecord& rec) {
+  predictor_->end_stretch(params_);
+  if (measure_next_) {
+    // The drift of the new stretch against the update the last predict phase applied per step,
+    // both at that phase's scale.
+    predictor_->predict_into(delta_, 2, last_scale_);
+    measure_scale_ = 1.0;
     measure_prediction_error(rec);
   }
-  predictor_->observe(delta_, features(trainer, r));
-  lr_observed_ = lr;
+  lr_observed_ = trainer.optimizer().lr();
   ahead_ = 0;
   measure_next_ = false;
   stretch_open_ = false;
@@ -286,6 +278,7 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
   entry_loss_ = decision_loss_;
   snapshot_.capture(state_);
   ref_ahead_ = ahead_;
+  phase_start_ahead_ = ahead_;
   ref_loss_ = opt_.verify == "holdout" ? entry_loss_ : loss_ema_;
   phase_sum_ = 0.0;
   phase_n_ = 0;
@@ -361,11 +354,12 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   trainer.set_lr_for_current_step();
   const double lr = trainer.optimizer().lr();
   ++ahead_;
-  predictor_->predict_into(predicted_, ahead_);
   const double scale = (lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0) * ctl_.step_scale();
+  predictor_->predict_into(predicted_, ahead_, scale);
+  last_scale_ = scale;
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i], scale);
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i]);
   }
   ++summary_.predicted_applied;
   have_decision_loss_ = false;
@@ -418,10 +412,10 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     rollback(trainer, why, rec);
     phase_ms_ += ms_since(t0);
     finish_predict_phase(trainer, opt_.verify == "holdout" ? ref_loss_ : NAN);
-    log_transition(trainer, ctl_.on_rollback());
+    log_transition(trainer, ctl_.on_rollback(ref_ahead_ - phase_start_ahead_));
     // The step is not lost: it becomes the first correct step, a real one from the restored point.
     const auto t1 = Clock::now();
-    real_step(trainer, true, rec);
+    real_step(trainer, predictor_->input() == UpdatePredictor::Input::Updates, rec);
     rec.phase = phase_name(Phase::Correct);
     log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
     stretch_ms_ += ms_since(t1);
@@ -454,9 +448,10 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   if (phase == Phase::Predict) {
     predicted_step(trainer, rec);
   } else {
-    // Span predictors measure the trajectory from the first full step on: the correct steps
-    // after a jump let the optimizer settle back into the valley first.
-    const bool record = ctl_.recording() && (predictor_->observes_steps() || phase == Phase::Full);
+    // Trajectory predictors watch from the first full step on: the correct steps after a jump
+    // let the optimizer settle back into the valley first.
+    const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
+    const bool record = ctl_.recording() && (updates || phase == Phase::Full);
     if (phase == Phase::Full && !ctl_.recording()) ++held_steps_;
     const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
     const FullStepResult r = real_step(trainer, record, rec);
@@ -470,9 +465,8 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
         trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
       }
     }
-    const bool span = !predictor_->observes_steps();
-    if (ctl_.decision_due(span ? record && stretch_n_ > 0 : predictor_->ready())) {
-      if (span) observe_span(trainer, r, rec);
+    if (ctl_.decision_due(updates ? predictor_->ready() : record && stretch_n_ >= 2)) {
+      if (!updates) end_stretch(trainer, rec);
       measure_probe_before_decision(trainer);
     }
     const double ms = ms_since(t0);
@@ -533,12 +527,11 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "contiguous", contiguous_);
   put(a, "stretch_n", stretch_n_);
   put(a, "stretch_open", stretch_open_);
-  // Span mode keeps state in the buffers between steps: the stretch's anchor, the last prediction.
-  const bool span = !predictor_->observes_steps();
-  put(a, "has_anchor", span && stretch_open_);
-  if (span && stretch_open_) archive_io::put_tensors(a, "anchor", before_);
-  put(a, "has_prediction", span && measure_next_);
-  if (span && measure_next_) archive_io::put_tensors(a, "prediction", predicted_);
+  put(a, "last_scale", last_scale_);
+  // Trajectory predictors compare the next stretch with the last applied prediction.
+  const bool keep = predictor_->input() == UpdatePredictor::Input::Weights && measure_next_;
+  put(a, "has_prediction", keep);
+  if (keep) archive_io::put_tensors(a, "prediction", predicted_);
   put(a, "measure_next", measure_next_);
   put(a, "measure_ahead", measure_ahead_);
   put(a, "measure_scale", measure_scale_);
@@ -553,6 +546,7 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "phases_on_probe", phases_on_probe_);
   put(a, "ref_loss", ref_loss_);
   put(a, "ref_ahead", ref_ahead_);
+  put(a, "phase_start_ahead", phase_start_ahead_);
   put(a, "entry_loss", entry_loss_);
   put(a, "decision_loss", decision_loss_);
   put(a, "have_decision_loss", have_decision_loss_);
@@ -601,7 +595,7 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   contiguous_ = get_bool(a, "contiguous");
   stretch_n_ = get_int(a, "stretch_n");
   stretch_open_ = get_bool(a, "stretch_open");
-  if (get_bool(a, "has_anchor")) get_tensors_into(a, "anchor", before_);
+  last_scale_ = get_double(a, "last_scale");
   if (get_bool(a, "has_prediction")) get_tensors_into(a, "prediction", predicted_);
   measure_next_ = get_bool(a, "measure_next");
   measure_ahead_ = get_int(a, "measure_ahead");
@@ -617,6 +611,7 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   phases_on_probe_ = get_int(a, "phases_on_probe");
   ref_loss_ = get_double(a, "ref_loss");
   ref_ahead_ = get_int(a, "ref_ahead");
+  phase_start_ahead_ = get_int(a, "phase_start_ahead");
   entry_loss_ = get_double(a, "entry_loss");
   decision_loss_ = get_double(a, "decision_loss");
   have_decision_loss_ = get_bool(a, "have_decision_loss");
