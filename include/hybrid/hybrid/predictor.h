@@ -1,5 +1,5 @@
-// Weight-update predictors: given the per-tensor updates the optimizer made on recorded steps,
-// predict the updates of the next steps. The hybrid strategy applies them in place, no backward.
+// Weight-update predictors: from the updates (or the weights) of recorded real steps, predict
+// the per-tensor updates of the next steps. The hybrid strategy applies them in place, no backward.
 #pragma once
 
 #include <cmath>
@@ -36,7 +36,7 @@ class UpdatePredictor {
   virtual ~UpdatePredictor() = default;
   virtual std::string name() const = 0;
 
-  // After each recorded real step: deltas[i] = w_after - w_before of parameter i.
+  // Input::Updates, after each recorded real step: deltas[i] = w_after - w_before of parameter i.
   virtual void observe(const std::vector<at::Tensor>& deltas, const TrainingFeatures& features) = 0;
   // The weights jumped (a predict phase, an unrecorded stretch): the next observation starts a
   // new trajectory. Learned state (the rssm's model) survives; update histories do not.
