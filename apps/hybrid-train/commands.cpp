@@ -12,6 +12,7 @@
 #include "config.h"
 #include "console_logger.h"
 #include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/data/byte_codec.h"
@@ -70,7 +71,11 @@ int run_train(const std::vector<std::string>& args) {
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
   Session s = build_session(c, /*with_data=*/true);
-  const TrainerOptions options = trainer_options(c);
+  TrainerOptions options = trainer_options(c);
+  // Rung 2 of the memory ladder: whole-block recompute, unless it is already on.
+  options.memory.enable_recompute = [&s, &c] {
+    return c.get_string("memory.recompute") != "full" && enable_recompute(s, "full", 1);
+  };
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
 
@@ -81,11 +86,10 @@ int run_train(const std::vector<std::string>& args) {
   logger.add(make_jsonl_logger((out_dir / "metrics.jsonl").string(), /*append=*/resuming));
 
   Trainer trainer(*s.objective, *s.optimizer, *s.data, options, &logger);
+  trainer.set_strategy(build_strategy(c));
   std::printf("model   %s\ndata    %s\nrun     %s mode, %s, %d threads, output in %s\n", s.model_summary.c_str(),
               s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(), threads,
               out_dir.c_str());
-  if (c.get_string("run.mode") != "plain")
-    throw ConfigError("run.mode = " + c.get_string("run.mode") + " is not available in this build (use plain)");
   if (resuming) {
     const std::string from = trainer.resume_latest(options.checkpoint.dir);
     if (from.empty())
@@ -133,6 +137,7 @@ int run_eval(const std::string& checkpoint, const std::vector<std::string>& over
   set_threads(static_cast<int>(c.get_int("run.threads")));
   Session s = build_session(c, /*with_data=*/true);
   Trainer trainer(*s.objective, *s.optimizer, *s.data, trainer_options(c));
+  trainer.set_strategy(build_strategy(c));
   trainer.load_checkpoint(checkpoint);
   const EvalRecord r = trainer.evaluate();
   std::printf("%s at step %lld: validation loss %.4f over %lld items", checkpoint.c_str(),

@@ -94,7 +94,7 @@ int64_t parse_size(const std::string& text) {
 }
 
 Config::Config() {
-  for (const auto& k : config_schema()) values_[k.key] = k.default_value;
+  for (const auto& k : config_schema()) set(k.key, k.default_value, "built-in defaults");
 }
 
 const KeySpec& Config::spec(const std::string& key) const {
@@ -129,6 +129,7 @@ void Config::set(const std::string& key, const std::string& value, const std::st
       break;
     case KeyType::Float:
       if (!parse_float(value, f)) throw bad(std::string("is not ") + type_name(k.type));
+      canonical = fmt::format("{}", f);  // shortest text that reads back as the same double
       break;
     case KeyType::Bool:
       if (value != "true" && value != "false") throw bad("must be true or false");
@@ -181,10 +182,10 @@ Config Config::from_string(const std::string& toml_text, const std::string& path
     for (auto&& [name, value] : *sub) {
       const std::string key = std::string(section.str()) + "." + std::string(name.str());
       std::string text;
-      if (auto s = value.value_exactly<std::string>()) text = *s;
-      else if (auto b = value.value_exactly<bool>()) text = *b ? "true" : "false";
-      else if (auto n = value.value_exactly<int64_t>()) text = std::to_string(*n);
-      else if (auto d = value.value_exactly<double>()) text = fmt::format("{}", *d);
+      if (auto s = value.value_exact<std::string>()) text = *s;
+      else if (auto b = value.value_exact<bool>()) text = *b ? "true" : "false";
+      else if (auto n = value.value_exact<int64_t>()) text = std::to_string(*n);
+      else if (auto d = value.value_exact<double>()) text = fmt::format("{}", *d);
       else throw ConfigError(path + ": " + key + " must be a string, number or boolean");
       c.set(key, text, path);
     }
@@ -197,7 +198,9 @@ double Config::get_float(const std::string& key) const { return std::stod(values
 bool Config::get_bool(const std::string& key) const { return values_.at(spec(key).key) == "true"; }
 const std::string& Config::get_string(const std::string& key) const { return values_.at(spec(key).key); }
 int64_t Config::get_bytes(const std::string& key) const { return parse_size(values_.at(spec(key).key)); }
-bool Config::is_default(const std::string& key) const { return values_.at(spec(key).key) == spec(key).default_value; }
+bool Config::is_default(const std::string& key) const {
+  return values_.at(spec(key).key) == Config().values_.at(key);
+}
 
 std::string Config::to_toml() const {
   std::string out, section;

@@ -9,6 +9,11 @@
 
 #include "hybrid/core/optimizer.h"
 #include "hybrid/data/fashion_mnist.h"
+#include "hybrid/hybrid/strategy.h"
+#include "hybrid/memory/adamw8bit.h"
+#include "hybrid/memory/attention.h"
+#include "hybrid/memory/recompute.h"
+#include "hybrid/models/attention.h"
 #include "hybrid/data/kjv.h"
 #include "hybrid/data/text_source.h"
 #include "hybrid/data/token_corpus.h"
@@ -74,7 +79,6 @@ GPTConfig gpt_config(const Config& c) {
   override_if_set("model.vocab_size", g.vocab_size);
   if (g.n_embd % g.n_head != 0)
     throw ConfigError(fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", g.n_embd, g.n_head));
-  g.attention = c.get_string("model.attention");
   return g;
 }
 
@@ -93,11 +97,54 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tens
   o.beta2 = c.get_float("optim.beta2");
   o.eps = c.get_float("optim.eps");
   o.weight_decay = c.get_float("optim.weight_decay");
-  if (name == "adamw") return make_adamw(std::move(params), o);
-  throw ConfigError("optim.name = " + name + " is not available in this build");
+  if (name == "adamw8bit") return make_adamw8bit(std::move(params), o);
+  return make_adamw(std::move(params), o);
+}
+
+// The GPT attention seam with the tiled FlashAttention kernel: qkv [B, T, 3C] -> y [B, T, C].
+AttentionCore flash_attention_core() {
+  return [](const at::Tensor& qkv, int64_t n_head, double /*dropout_p*/) {
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+    auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
+    const auto parts = qkv.split(C, 2);                                              // 3 x [B, T, C]
+    at::Tensor y = flash_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);  // [B, nh, T, hs]
+    return y.transpose(1, 2).reshape({B, T, C});
+  };
 }
 
 }  // namespace
+
+bool enable_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
+  if (!s.gpt) return false;
+  RecomputePolicy policy;
+  policy.level = parse_recompute_level(level);
+  policy.every_n_layers = static_cast<int>(every_n_layers);
+  policy.validate();
+  if (policy.level == RecomputeLevel::Selective && s.flash_attention) {
+    return true;  // FlashAttention already keeps only q, k, v and the row logsumexp
+  }
+  if (policy.level == RecomputeLevel::Selective) {
+    // The attention core's [T, T] probabilities are the largest activation per block: keep only
+    // its input and recompute it in backward (FlashAttention recomputes its tiles anyway).
+    AttentionCore naive = make_attention_core("naive", s.gpt->config().block_size);
+    s.gpt->set_attention_core([naive](const at::Tensor& qkv, int64_t n_head, double p) {
+      return recompute([=](const at::Tensor& x) { return naive(x, n_head, p); }, qkv);
+    });
+    return true;
+  }
+  // Full: each chosen block keeps only its input; its parameters get their gradients in backward.
+  std::vector<std::vector<at::Tensor>> block_params(s.gpt->config().n_layer);
+  for (const auto& kv : s.gpt->named_parameters()) {
+    if (kv.key().rfind("h.", 0) != 0) continue;
+    const int64_t layer = std::stoll(kv.key().substr(2, kv.key().find('.', 2) - 2));
+    block_params[layer].push_back(kv.value());
+  }
+  s.gpt->set_block_runner([policy, block_params](const BlockFn& block, const at::Tensor& x, int64_t layer) {
+    if (!policy.recompute_block(static_cast<int>(layer))) return block(x);
+    return recompute(block, x, block_params[layer]);
+  });
+  return true;
+}
 
 Session build_session(const Config& c, bool with_data) {
   Session s;
@@ -120,6 +167,11 @@ Session build_session(const Config& c, bool with_data) {
                                       text->context(), g.block_size));
     }
     s.gpt = std::make_shared<GPT>(g);
+    s.flash_attention = c.get_string("model.attention") == "flash";
+    // Flash has no attention dropout; the GPT presets here train with dropout 0.
+    if (s.flash_attention) s.gpt->set_attention_core(flash_attention_core());
+    if (c.get_string("memory.recompute") != "none")
+      enable_recompute(s, c.get_string("memory.recompute"), c.get_int("memory.recompute_every"));
     const std::string init = c.get_string("model.init_from");
     if (!init.empty()) load_gpt2_weights(*s.gpt, init);
     s.module = s.gpt;
@@ -136,6 +188,35 @@ Session build_session(const Config& c, bool with_data) {
   }
   s.optimizer = build_optimizer(c, s.module->parameters());
   return s;
+}
+
+std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
+  const std::string mode = c.get_string("run.mode");
+  if (mode == "lookahead") {
+    const int64_t k = c.get_int("lookahead.k");
+    const double alpha = c.get_float("lookahead.alpha");
+    if (k < 1 || !(alpha > 0 && alpha <= 1)) throw ConfigError("lookahead needs k >= 1 and 0 < alpha <= 1");
+    return make_lookahead_strategy(k, alpha);
+  }
+  if (mode != "hybrid") return nullptr;
+  HybridOptions h;
+  h.predictor = c.get_string("hybrid.predictor");
+  h.warmup_steps = c.get_int("hybrid.warmup_steps");
+  h.full_steps = c.get_int("hybrid.full_steps");
+  h.correct_steps = c.get_int("hybrid.correct_steps");
+  h.max_predict_steps = c.get_int("hybrid.max_predict_steps");
+  h.verify = c.get_string("hybrid.verify");
+  h.verify_every = c.get_int("hybrid.verify_every");
+  h.tolerance = c.get_float("hybrid.tolerance");
+  h.max_step_scale = c.get_float("hybrid.max_step_scale");
+  h.pay_check = c.get_bool("hybrid.pay_check");
+  h.seed = static_cast<uint64_t>(c.get_int("run.seed"));
+  try {
+    h.validate();
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("[hybrid] ") + e.what());
+  }
+  return make_hybrid_strategy(h);
 }
 
 std::string checkpoint_dir(const Config& c) {

@@ -29,11 +29,17 @@ struct Session {
   std::unique_ptr<Optimizer> optimizer;
   std::string model_summary;  // one line, e.g. "gpt tiny: 4 layers, d 128, 0.80M parameters"
   std::string data_summary;
-  bool byte_level = false;  // tokens are bytes: prompts and samples are plain text
+  bool byte_level = false;
+  bool flash_attention = false;  // model.attention = flash  // tokens are bytes: prompts and samples are plain text
 };
 
 Session build_session(const Config& config, bool with_data);
+// Turns on activation recompute for the session's GPT at `level` ("selective" | "full"); returns
+// false when there is no GPT. Used at start-up (memory.recompute) and by the memory-pressure ladder.
+bool enable_recompute(Session& session, const std::string& level, int64_t every_n_layers);
 TrainerOptions trainer_options(const Config& config);
+// The step strategy run.mode asks for: null for plain, the hybrid engine, or Lookahead.
+std::unique_ptr<StepStrategy> build_strategy(const Config& config);
 std::string checkpoint_dir(const Config& config);
 
 }  // namespace ht::cli

@@ -16,7 +16,8 @@ namespace ht {
 namespace {
 
 // Every block carries a 64-byte header (keeps the 64-byte alignment ATen expects) holding its
-// size class, so the deleter - a plain function pointer - knows what it frees.
+// size class, so the deleter - a plain function pointer - knows what it frees. The DataPtr's
+// context is the data pointer itself, as raw_allocate() (used by oneDNN convolutions) requires.
 constexpr size_t kHeader = 64;
 constexpr size_t kAlign = 64;
 // Blocks below this go straight to malloc/free: glibc serves them from its arenas cheaply.
@@ -43,8 +44,8 @@ class TrackingAllocator final : public c10::Allocator {
     *static_cast<size_t*>(base) = cls;
     account(static_cast<int64_t>(cls));
     num_allocs_.fetch_add(1, std::memory_order_relaxed);
-    return {static_cast<char*>(base) + kHeader, base, &TrackingAllocator::deleter,
-            c10::Device(c10::DeviceType::CPU)};
+    void* data = static_cast<char*>(base) + kHeader;
+    return {data, data, &TrackingAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &TrackingAllocator::deleter; }
 
@@ -142,7 +143,7 @@ TrackingAllocator& instance() {
 }
 std::atomic<bool> g_installed{false};
 
-void TrackingAllocator::deleter(void* ctx) { instance().give_back(ctx); }
+void TrackingAllocator::deleter(void* data) { instance().give_back(static_cast<char*>(data) - kHeader); }
 
 void TrackingAllocator::give_back(void* base) {
   const size_t cls = *static_cast<size_t*>(base);

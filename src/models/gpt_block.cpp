@@ -2,6 +2,8 @@
 // BLAS call and no weight is ever transposed or copied.
 #include "gpt_block.h"
 
+#include "hybrid/models/gelu.h"
+
 namespace ht {
 
 Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
@@ -26,10 +28,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head)
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, const AttentionCore& core,
                                             double dropout_p) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
-  // [B, T, 3, nh, hs] -> [3, B, nh, T, hs]: q, k, v are strided views, no copy yet.
-  const auto qkv = c_attn(x).view({B, T, 3, n_head_, hs}).permute({2, 0, 3, 1, 4});
-  return c_proj(core(qkv[0], qkv[1], qkv[2], dropout_p));  // [B, T, C]
+  const auto qkv = c_attn(x);                    // [B, T, 3C]
+  return c_proj(core(qkv, n_head_, dropout_p));  // [B, T, C]
 }
 
 GPTMLPImpl::GPTMLPImpl(int64_t n_embd) {
@@ -38,7 +38,7 @@ GPTMLPImpl::GPTMLPImpl(int64_t n_embd) {
 }
 
 at::Tensor GPTMLPImpl::forward(const at::Tensor& x) {
-  return c_proj(at::gelu(c_fc(x), "tanh"));
+  return c_proj(gelu_tanh(c_fc(x)));
 }
 
 GPTBlock::GPTBlock(int64_t n_embd, int64_t n_head) {

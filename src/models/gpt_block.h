@@ -21,7 +21,7 @@ TORCH_MODULE(Conv1D);
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head);
-  // x [B, T, C] -> [B, T, C]; `core` computes softmax(q k^T / sqrt(hs) + mask) v.
+  // x [B, T, C] -> [B, T, C]; `core` computes softmax(q k^T / sqrt(hs) + causal mask) v.
   at::Tensor forward(const at::Tensor& x, const AttentionCore& core, double dropout_p);
   Conv1D c_attn{nullptr}, c_proj{nullptr};
 

@@ -25,8 +25,8 @@ struct Result {
 };
 
 std::string binary() {
-  const char* b = std::getenv("HT_BINARY");
-  return b ? b : "hybrid-train";
+  const char* b = std::getenv("HT_BINARY");  // lets the suite test an installed binary
+  return b ? b : HT_BINARY_PATH;
 }
 
 Result run(const std::string& args) {

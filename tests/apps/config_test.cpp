@@ -1,7 +1,6 @@
 // Config handling: presets parse, overrides apply, unknown keys and bad values fail by name.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -12,8 +11,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string source_dir() {
-  const char* d = std::getenv("HT_SOURCE_DIR");
-  return d ? d : HT_SOURCE_DIR;
+  return HT_SOURCE_DIR;
 }
 
 std::string error_of(const std::function<void()>& f) {

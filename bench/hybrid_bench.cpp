@@ -1,0 +1,189 @@
+// Benchmark of record for hybrid training: plain vs hybrid vs Lookahead on real tasks, several
+// seeds, interleaved. Target = the validation loss plain reaches at ~80 % of its step budget;
+// reports wall-clock and steps to target, loss at equal wall-clock, peak memory; writes CSV.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "hybrid-train/config.h"
+#include "hybrid-train/session.h"
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/runtime.h"
+
+namespace fs = std::filesystem;
+using ht::cli::Config;
+
+struct Point {
+  int64_t step;
+  double seconds;  // training wall-clock only (evaluation excluded: it is the same for every mode)
+  double val_loss;
+};
+
+struct RunResult {
+  std::string task, mode;
+  int64_t seed;
+  std::vector<Point> curve;
+  int64_t peak_bytes = 0;
+  double total_seconds = 0;
+};
+
+// Task presets: the same settings as configs/, shortened so 3 modes x 3 seeds fit in minutes.
+Config task_config(const std::string& task, int64_t steps) {
+  Config c;
+  auto set = [&](const std::string& kv) { c.set_override(kv); };
+  if (task == "gpt") {
+    for (auto kv : {"data.dataset=kjv", "model.kind=gpt", "model.preset=tiny", "data.batch_size=16",
+                    "data.context=128", "data.val_batches=8", "optim.lr=0.003", "optim.beta2=0.95",
+                    "schedule.warmup_steps=50"})
+      set(kv);
+  } else {
+    for (auto kv : {"data.dataset=fashion-mnist", "data.batch_size=128", "data.val_batches=20", "optim.lr=0.002",
+                    "optim.beta2=0.999", "optim.weight_decay=0.01", "schedule.warmup_steps=50"})
+      set(kv);
+    set("model.kind=" + task);
+  }
+  set("train.steps=" + std::to_string(steps));
+  set("run.threads=2");
+  return c;
+}
+
+RunResult run_one(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
+                  int64_t eval_every, const std::vector<std::string>& extra) {
+  Config c = task_config(task, steps);
+  c.set_override("run.seed=" + std::to_string(seed));
+  c.set_override("run.mode=" + mode);
+  for (const auto& kv : extra)
+    if (kv.rfind("hybrid.", 0) == 0 || mode == "plain") c.set_override(kv);
+  ht::cli::Session s = ht::cli::build_session(c, true);
+  ht::TrainerOptions o = ht::cli::trainer_options(c);
+  o.checkpoint.dir.clear();  // no disk I/O inside the timed region
+  ht::Trainer trainer(*s.objective, *s.optimizer, *s.data, o);
+  trainer.set_strategy(ht::cli::build_strategy(c));
+
+  RunResult r{task, mode, seed, {}, 0, 0};
+  ht::release_cached_blocks();
+  ht::reset_peak_bytes();
+  r.curve.push_back({0, 0.0, trainer.evaluate().val_loss});
+  double seconds = 0;
+  while (trainer.step() < steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer.train_step();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (trainer.step() % eval_every == 0 || trainer.step() == steps)
+      r.curve.push_back({trainer.step(), seconds, trainer.evaluate().val_loss});
+  }
+  if (auto* strategy = trainer.strategy()) strategy->on_finish(trainer);
+  r.total_seconds = seconds;
+  r.peak_bytes = ht::allocator_stats().peak_bytes;
+  return r;
+}
+
+// First point at or below the target, linearly interpolated between evaluations.
+std::pair<double, double> to_target(const std::vector<Point>& curve, double target) {
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (curve[i].val_loss <= target) {
+      const Point& a = curve[i - 1];
+      const Point& b = curve[i];
+      const double f = a.val_loss == b.val_loss ? 1.0 : (a.val_loss - target) / (a.val_loss - b.val_loss);
+      return {a.seconds + f * (b.seconds - a.seconds), a.step + f * (b.step - a.step)};
+    }
+  }
+  return {NAN, NAN};
+}
+
+// Validation loss of the last evaluation done by `seconds` of training.
+double loss_at_seconds(const std::vector<Point>& curve, double seconds) {
+  double loss = curve.front().val_loss;
+  for (const auto& p : curve)
+    if (p.seconds <= seconds) loss = p.val_loss;
+  return loss;
+}
+
+double median(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int main(int argc, char** argv) {
+  std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
+  std::vector<std::string> modes = {"plain", "hybrid", "lookahead"};
+  int64_t seeds = 3, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20;
+  std::string out_dir = "bench/results";
+  std::vector<std::string> extra;
+  CLI::App app{"plain vs hybrid vs Lookahead: wall-clock to a target validation loss"};
+  app.add_option("--tasks", tasks, "mlp gpt cnn");
+  app.add_option("--modes", modes, "plain hybrid lookahead");
+  app.add_option("--seeds", seeds);
+  app.add_option("--mlp-steps", mlp_steps);
+  app.add_option("--gpt-steps", gpt_steps);
+  app.add_option("--cnn-steps", cnn_steps);
+  app.add_option("--eval-points", eval_points, "evaluations per run");
+  app.add_option("--out", out_dir);
+  app.add_option("--set", extra, "extra hybrid.* overrides, e.g. --set hybrid.predictor=dmd");
+  CLI11_PARSE(app, argc, argv);
+
+  ht::install_tracking_allocator();
+  ht::set_threads(2);
+  fs::create_directories(out_dir);
+  std::ofstream curves(out_dir + "/hybrid_curves.csv"), summary(out_dir + "/hybrid_summary.csv");
+  curves << "task,mode,seed,step,seconds,val_loss\n";
+  summary << "task,mode,seed,target,seconds_to_target,steps_to_target,speedup_vs_plain,"
+             "val_loss_at_plain_seconds,final_val_loss,total_seconds,peak_mib\n";
+
+  for (const auto& task : tasks) {
+    const int64_t steps = task == "gpt" ? gpt_steps : task == "mlp" ? mlp_steps : cnn_steps;
+    const int64_t eval_every = std::max<int64_t>(1, steps / eval_points);
+    std::map<std::string, std::vector<double>> speedups, final_losses;
+    for (int64_t seed = 1; seed <= seeds; ++seed) {
+      std::map<std::string, RunResult> runs;
+      for (const auto& mode : modes) {  // interleaved: every seed runs all modes back to back
+        runs[mode] = run_one(task, mode, seed, steps, eval_every, extra);
+        for (const auto& p : runs[mode].curve)
+          curves << fmt::format("{},{},{},{},{:.4f},{:.6f}\n", task, mode, seed, p.step, p.seconds, p.val_loss);
+        curves.flush();
+      }
+      const RunResult& plain = runs.at("plain");
+      // Target: plain's validation loss at the evaluation nearest 80 % of its budget.
+      double target = plain.curve.back().val_loss;
+      for (const auto& p : plain.curve)
+        if (p.step <= static_cast<int64_t>(0.8 * steps)) target = p.val_loss;
+      const double plain_seconds = to_target(plain.curve, target).first;
+      for (const auto& mode : modes) {
+        const RunResult& r = runs.at(mode);
+        const auto [sec, st] = to_target(r.curve, target);
+        const double speedup = plain_seconds / sec;
+        speedups[mode].push_back(speedup);
+        final_losses[mode].push_back(r.curve.back().val_loss);
+        summary << fmt::format("{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.6f},{:.6f},{:.3f},{:.1f}\n", task, mode, seed,
+                               target, sec, st, speedup, loss_at_seconds(r.curve, plain.total_seconds),
+                               r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0);
+        std::printf("%s seed %lld %-9s target %.4f: %7.2f s, %6.0f steps to target (%.2fx plain); final %.4f in %.1f s; peak %.1f MiB\n",
+                    task.c_str(), static_cast<long long>(seed), mode.c_str(), target, sec, st, speedup,
+                    r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0);
+        std::fflush(stdout);
+      }
+      summary.flush();
+    }
+    for (const auto& mode : modes) {
+      const auto& s = speedups[mode];
+      std::printf("== %s %-9s median speedup to target %.2fx (min %.2f, max %.2f), median final val loss %.4f\n",
+                  task.c_str(), mode.c_str(), median(s), *std::min_element(s.begin(), s.end()),
+                  *std::max_element(s.begin(), s.end()), median(final_losses[mode]));
+    }
+  }
+  std::printf("curves: %s/hybrid_curves.csv, summary: %s/hybrid_summary.csv; plots: bench/plot_hybrid.sh\n",
+              out_dir.c_str(), out_dir.c_str());
+  return 0;
+}

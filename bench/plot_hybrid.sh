@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Plots validation loss vs training seconds for every mode, one PNG per task, from the CSV that
+# bench/hybrid_bench writes (seed 1's curves; the summary CSV has all seeds). Needs gnuplot.
+set -euo pipefail
+dir=${1:-bench/results}
+for task in $(tail -n +2 "$dir/hybrid_curves.csv" | cut -d, -f1 | sort -u); do
+  for mode in plain hybrid lookahead; do
+    awk -F, -v t="$task" -v m="$mode" '$1==t && $2==m && $3==1 {print $5, $6}' "$dir/hybrid_curves.csv" > "$dir/.$task-$mode.dat"
+  done
+  gnuplot <<GP
+set terminal pngcairo size 900,560
+set output "$dir/hybrid_$task.png"
+set title "$task: validation loss vs training wall-clock (seed 1)"
+set xlabel "seconds of training"
+set ylabel "validation loss"
+set key top right
+set grid
+plot "$dir/.$task-plain.dat" with linespoints title "plain", \
+     "$dir/.$task-hybrid.dat" with linespoints title "hybrid", \
+     "$dir/.$task-lookahead.dat" with linespoints title "lookahead"
+GP
+  rm -f "$dir"/.$task-*.dat
+  echo "wrote $dir/hybrid_$task.png"
+done
