@@ -136,10 +136,11 @@ std::string PhaseController::on_predicted_step() {
                                    std::to_string(horizon_));
 }
 
-std::string PhaseController::on_rollback() {
+std::string PhaseController::on_rollback(int64_t kept) {
   if (phase_ != Phase::Predict) throw std::logic_error("PhaseController::on_rollback outside predict");
   phase_clean_ = false;
-  horizon_ = std::max(horizon_ / 2, opt_.min_predict_steps);
+  // Shrink to the length that held (at most half), or to a quarter when nothing held.
+  horizon_ = std::max<int64_t>(1, kept > 0 ? std::min(kept, horizon_ / 2) : horizon_ / 4);
   return enter(Phase::Correct, "rolled back after " + std::to_string(in_phase_) +
                                    " predicted steps; next horizon " + std::to_string(horizon_));
 }

@@ -79,13 +79,14 @@ class DmdPredictor : public UpdatePredictor {
 
   bool ready() const override { return count_ >= K_; }
 
-  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead) override {
+  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale) override {
     if (!ready()) throw std::logic_error("dmd predictor: predict_into with fewer than history updates");
     if (steps_ahead < 1) throw std::invalid_argument("dmd predictor: steps_ahead must be >= 1");
     fit();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < out.size(); ++i) {
-      const std::vector<double> w = row_weights(i, steps_ahead);  // [K] in slot order
+      std::vector<double> w = row_weights(i, steps_ahead);  // [K] in slot order
+      for (double& x : w) x *= scale;
       at::Tensor wt = torch::tensor(w, torch::kDouble).to(ring_[i].options());
       at::Tensor flat = out[i].view({-1});  // [N]
       at::mv_out(flat, ring_[i].t(), wt);

@@ -1,9 +1,8 @@
-// Predictors (a): repeat the last update, the EMA of recent updates, or a stretch's mean update. One buffer per parameter;
+// Predictors (a): repeat the last update, or the EMA of recent updates. One buffer per parameter;
 // prediction is a copy, so a predicted step costs two passes over the weights.
 #include <torch/torch.h>
 
 #include "archive_io.h"
-#include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor.h"
 
 namespace ht {
@@ -20,15 +19,12 @@ void allocate_like(std::vector<at::Tensor>& dst, const std::vector<at::Tensor>& 
   for (const auto& t : like) dst.push_back(torch::zeros_like(t, t.options().requires_grad(false)));
 }
 
-// beta = 0 is "last": the EMA then equals the latest update. In span mode the observed update
-// is already the mean over a recorded stretch.
+// beta = 0 is "last": the EMA then equals the latest update.
 class ExtrapolationPredictor : public UpdatePredictor {
  public:
-  ExtrapolationPredictor(double beta, std::string name, bool span = false)
-      : beta_(beta), name_(std::move(name)), span_(span) {}
+  ExtrapolationPredictor(double beta, std::string name) : beta_(beta), name_(std::move(name)) {}
 
   std::string name() const override { return name_; }
-  bool observes_steps() const override { return !span_; }
 
   void observe(const std::vector<at::Tensor>& deltas, const TrainingFeatures&) override {
     torch::NoGradGuard no_grad;
@@ -47,10 +43,10 @@ class ExtrapolationPredictor : public UpdatePredictor {
   void reset_history() override { count_ = 0; }
   bool ready() const override { return count_ > 0; }
 
-  void predict_into(std::vector<at::Tensor>& out, int64_t /*steps_ahead*/) override {
+  void predict_into(std::vector<at::Tensor>& out, int64_t /*steps_ahead*/, double scale) override {
     if (!ready()) throw std::logic_error(name_ + " predictor: predict_into before any observation");
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < out.size(); ++i) out[i].copy_(avg_[i]);
+    for (size_t i = 0; i < out.size(); ++i) at::mul_out(out[i], avg_[i], scale);
   }
 
   int64_t state_bytes() const override { return bytes_of(avg_); }
@@ -68,7 +64,6 @@ class ExtrapolationPredictor : public UpdatePredictor {
  private:
   double beta_;
   std::string name_;
-  bool span_;
   std::vector<at::Tensor> avg_;  // per parameter, shaped like it
   int64_t count_ = 0;            // observations since the last reset
 };
@@ -81,26 +76,6 @@ std::unique_ptr<UpdatePredictor> make_last_predictor() {
 
 std::unique_ptr<UpdatePredictor> make_ema_predictor(double beta) {
   return std::make_unique<ExtrapolationPredictor>(beta, "ema");
-}
-
-std::unique_ptr<UpdatePredictor> make_mean_predictor(double beta) {
-  return std::make_unique<ExtrapolationPredictor>(beta, "mean", true);
-}
-
-std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& o) {
-  o.validate();
-  if (o.predictor == "mean") return make_mean_predictor(o.span_beta);
-  if (o.predictor == "last") return make_last_predictor();
-  if (o.predictor == "ema") return make_ema_predictor(o.ema_beta);
-  if (o.predictor == "dmd") return make_dmd_predictor(o.dmd_history, o.dmd_rank, o.dmd_ridge);
-  return make_rssm_predictor(o);
-}
-
-std::vector<int64_t> layer_groups(int64_t num_tensors, int64_t num_groups) {
-  const int64_t g = std::max<int64_t>(1, std::min(num_groups, num_tensors));
-  std::vector<int64_t> group(static_cast<size_t>(num_tensors));
-  for (int64_t i = 0; i < num_tensors; ++i) group[static_cast<size_t>(i)] = i * g / std::max<int64_t>(1, num_tensors);
-  return group;
 }
 
 }  // namespace ht

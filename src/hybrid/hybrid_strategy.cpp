@@ -41,22 +41,6 @@ void ema(double& acc, double x, double beta) { acc = acc == 0.0 ? x : beta * acc
 
 }  // namespace
 
-std::string HybridSummary::to_string() const {
-  std::ostringstream os;
-  os.precision(3);
-  os << "hybrid summary (" << predictor << "): " << steps << " steps, " << 100.0 * share_predicted()
-     << "% predicted (" << predicted_kept << " of " << predicted_applied << " predicted updates kept), "
-     << "acceptance " << 100.0 * acceptance_rate() << "% of " << verifications << " verifications, "
-     << rollbacks << " rollbacks, " << phases_predict << " predict phases, " << verify_forwards
-     << " verification forwards; ms warmup/full/predict/correct " << ms_by_phase[0] << "/"
-     << ms_by_phase[1] << "/" << ms_by_phase[2] << "/" << ms_by_phase[3] << "; step ms plain "
-     << plain_step_ms << ", recorded " << recorded_step_ms << "; estimated time saved "
-     << estimated_saved_ms << " ms; snapshot " << snapshot_bytes << " B (copied "
-     << snapshot_bytes_copied << " B), buffers " << buffer_bytes << " B, predictor "
-     << predictor_bytes << " B; final confidence " << final_confidence << ", horizon " << final_horizon;
-  return os.str();
-}
-
 HybridStrategy::HybridStrategy(HybridOptions options, std::unique_ptr<UpdatePredictor> predictor)
     : opt_((options.validate(), std::move(options))),
       predictor_(predictor ? std::move(predictor) : make_update_predictor(opt_)),
@@ -78,12 +62,12 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   for (const auto& b : trainer.objective().module().buffers()) {
     if (b.is_floating_point()) state_.push_back(b);
   }
-  // before_ and predicted_ may already hold state loaded from a checkpoint.
+  // predicted_ may already hold state loaded from a checkpoint.
   auto allocate = [&](std::vector<at::Tensor>& buffers) {
     if (!buffers.empty()) return;
     for (const auto& p : params_) buffers.push_back(torch::zeros(p.sizes(), p.options().requires_grad(false)));
   };
-  allocate(before_);
+  if (predictor_->input() == UpdatePredictor::Input::Updates) allocate(before_);
   allocate(delta_);
   allocate(predicted_);
   group_ = layer_groups(static_cast<int64_t>(params_.size()), opt_.groups);
@@ -91,7 +75,7 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   snapshot_.allocate(state_, opt_.snapshot_on_host);
   max_steps_ = trainer.options().max_steps;
   summary_.snapshot_bytes = snapshot_.bytes();
-  summary_.buffer_bytes = 3 * tensor_bytes(params_);
+  summary_.buffer_bytes = tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_);
   buffers_ready_ = true;
 }
 
@@ -136,14 +120,13 @@ TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult
 
 FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepRecord& rec) {
   have_decision_loss_ = false;  // the weights are about to move
-  const bool per_step = predictor_->observes_steps();
-  // A trajectory is consecutive real updates; predicted steps, an unrecorded stretch or a span
+  const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
+  // A trajectory is consecutive real steps; predicted steps, an unrecorded stretch or a stretch
   // already handed to the predictor start a new one.
   const bool fresh = !contiguous_ || ahead_ > 0 || !stretch_open_;
-  const bool measure = per_step && record && measure_next_ && predictor_->ready();
+  const bool measure = updates && record && measure_next_ && predictor_->ready();
   if (measure) predictor_->predict_into(predicted_, measure_ahead_);
-  if (record && (per_step || fresh)) {
-    // Per-step mode: the weights before this update. Span mode: the anchor of the stretch.
+  if (record && updates) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) before_[i].copy_(params_[i]);
   }
@@ -152,12 +135,12 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
   if (record) {
     if (fresh) {
       stretch_n_ = 0;
-      ahead_ = 0;  // the new trajectory starts here
-      if (per_step) predictor_->reset_history();
+      ahead_ = 0;
+      predictor_->reset_history();
     }
     ++stretch_n_;
     stretch_open_ = true;
-    if (per_step) {
+    if (updates) {
       {
         torch::NoGradGuard no_grad;
         for (size_t i = 0; i < params_.size(); ++i) at::sub_out(delta_[i], params_[i], before_[i]);
@@ -168,8 +151,9 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
       }
       predictor_->observe(delta_, features(trainer, r));
       lr_observed_ = lr;
-      ahead_ = 0;
       measure_next_ = false;
+    } else {
+      predictor_->observe_weights(params_, features(trainer, r));
     }
   }
   contiguous_ = record;
@@ -182,24 +166,16 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
   return r;
 }
 
-void HybridStrategy::observe_span(Trainer& trainer, const FullStepResult& r, StepRecord& rec) {
-  // The mean update over the stretch, (w - anchor) / n: the oscillating and noisy parts of the
-  // single updates cancel over the window, the drift along the valley floor remains.
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      at::sub_out(delta_[i], params_[i], before_[i]);
-      delta_[i].div_(static_cast<double>(stretch_n_));
-    }
-  }
-  const double lr = trainer.optimizer().lr();
-  if (measure_next_ && predictor_->ready()) {
-    // What the last predict phase applied per step against what real steps did since.
-    measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
+void HybridStrategy::end_stretch(Trainer& trainer, StepRecord& rec) {
+  predictor_->end_stretch(params_);
+  if (measure_next_) {
+    // The drift of the new stretch against the update the last predict phase applied per step,
+    // both at that phase's scale.
+    predictor_->predict_into(delta_, 2, last_scale_);
+    measure_scale_ = 1.0;
     measure_prediction_error(rec);
   }
-  predictor_->observe(delta_, features(trainer, r));
-  lr_observed_ = lr;
+  lr_observed_ = trainer.optimizer().lr();
   ahead_ = 0;
   measure_next_ = false;
   stretch_open_ = false;
@@ -286,6 +262,7 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
   entry_loss_ = decision_loss_;
   snapshot_.capture(state_);
   ref_ahead_ = ahead_;
+  phase_start_ahead_ = ahead_;
   ref_loss_ = opt_.verify == "holdout" ? entry_loss_ : loss_ema_;
   phase_sum_ = 0.0;
   phase_n_ = 0;
@@ -361,11 +338,12 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   trainer.set_lr_for_current_step();
   const double lr = trainer.optimizer().lr();
   ++ahead_;
-  predictor_->predict_into(predicted_, ahead_);
   const double scale = (lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0) * ctl_.step_scale();
+  predictor_->predict_into(predicted_, ahead_, scale);
+  last_scale_ = scale;
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i], scale);
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i]);
   }
   ++summary_.predicted_applied;
   have_decision_loss_ = false;
@@ -418,10 +396,10 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     rollback(trainer, why, rec);
     phase_ms_ += ms_since(t0);
     finish_predict_phase(trainer, opt_.verify == "holdout" ? ref_loss_ : NAN);
-    log_transition(trainer, ctl_.on_rollback());
+    log_transition(trainer, ctl_.on_rollback(ref_ahead_ - phase_start_ahead_));
     // The step is not lost: it becomes the first correct step, a real one from the restored point.
     const auto t1 = Clock::now();
-    real_step(trainer, true, rec);
+    real_step(trainer, predictor_->input() == UpdatePredictor::Input::Updates, rec);
     rec.phase = phase_name(Phase::Correct);
     log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
     stretch_ms_ += ms_since(t1);
@@ -454,9 +432,10 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   if (phase == Phase::Predict) {
     predicted_step(trainer, rec);
   } else {
-    // Span predictors measure the trajectory from the first full step on: the correct steps
-    // after a jump let the optimizer settle back into the valley first.
-    const bool record = ctl_.recording() && (predictor_->observes_steps() || phase == Phase::Full);
+    // Trajectory predictors watch from the first full step on: the correct steps after a jump
+    // let the optimizer settle back into the valley first.
+    const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
+    const bool record = ctl_.recording() && (updates || phase == Phase::Full);
     if (phase == Phase::Full && !ctl_.recording()) ++held_steps_;
     const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
     const FullStepResult r = real_step(trainer, record, rec);
@@ -470,9 +449,8 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
         trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
       }
     }
-    const bool span = !predictor_->observes_steps();
-    if (ctl_.decision_due(span ? record && stretch_n_ > 0 : predictor_->ready())) {
-      if (span) observe_span(trainer, r, rec);
+    if (ctl_.decision_due(updates ? predictor_->ready() : record && stretch_n_ >= 2)) {
+      if (!updates) end_stretch(trainer, rec);
       measure_probe_before_decision(trainer);
     }
     const double ms = ms_since(t0);
@@ -511,146 +489,6 @@ void HybridStrategy::on_finish(Trainer& trainer) {
   s.estimated_saved_ms = static_cast<double>(s.predicted_kept) * plain - s.ms_by_phase[2] -
                          static_cast<double>(recorded) * std::max(0.0, s.recorded_step_ms - plain);
   trainer.logger().on_message(Level::Info, s.to_string());
-}
-
-void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
-  using archive_io::put;
-  put(a, "version", int64_t{1});
-  put(a, "predictor_name", predictor_->name());
-  torch::serialize::OutputArchive c(a.compilation_unit()), d(a.compilation_unit()),
-      s(a.compilation_unit()), p(a.compilation_unit());
-  ctl_.save(c);
-  div_.save(d);
-  snapshot_.save(s);
-  predictor_->save(p);
-  a.write("controller", c);
-  a.write("divergence", d);
-  a.write("snapshot", s);
-  a.write("predictor", p);
-
-  put(a, "lr_observed", lr_observed_);
-  put(a, "ahead", ahead_);
-  put(a, "contiguous", contiguous_);
-  put(a, "stretch_n", stretch_n_);
-  put(a, "stretch_open", stretch_open_);
-  // Span mode keeps state in the buffers between steps: the stretch's anchor, the last prediction.
-  const bool span = !predictor_->observes_steps();
-  put(a, "has_anchor", span && stretch_open_);
-  if (span && stretch_open_) archive_io::put_tensors(a, "anchor", before_);
-  put(a, "has_prediction", span && measure_next_);
-  if (span && measure_next_) archive_io::put_tensors(a, "prediction", predicted_);
-  put(a, "measure_next", measure_next_);
-  put(a, "measure_ahead", measure_ahead_);
-  put(a, "measure_scale", measure_scale_);
-  put(a, "loss_ema", loss_ema_);
-  put(a, "loss_var", loss_var_);
-  put(a, "loss_slope", loss_slope_);
-  put(a, "have_probe", have_probe_);
-  if (have_probe_) {
-    a.write("probe_input", probe_.input, true);
-    a.write("probe_target", probe_.target, true);
-  }
-  put(a, "phases_on_probe", phases_on_probe_);
-  put(a, "ref_loss", ref_loss_);
-  put(a, "ref_ahead", ref_ahead_);
-  put(a, "entry_loss", entry_loss_);
-  put(a, "decision_loss", decision_loss_);
-  put(a, "have_decision_loss", have_decision_loss_);
-  put(a, "phase_sum", phase_sum_);
-  put(a, "phase_n", phase_n_);
-  put(a, "phase_ms", phase_ms_);
-  put(a, "stretch_ms", stretch_ms_);
-  put(a, "stretch_steps", stretch_steps_);
-  put(a, "probe_slope", probe_slope_);
-  put(a, "have_probe_slope", have_probe_slope_);
-  put(a, "end_loss", end_loss_);
-  put(a, "have_end_loss", have_end_loss_);
-  put(a, "pending_pred_rate", pending_pred_rate_);
-  put(a, "held_steps", held_steps_);
-
-  const HybridSummary& m = summary_;
-  put(a, "s_steps", m.steps);
-  put(a, "s_steps_by_phase", std::vector<double>(m.steps_by_phase, m.steps_by_phase + 4));
-  put(a, "s_ms_by_phase", std::vector<double>(m.ms_by_phase, m.ms_by_phase + 4));
-  put(a, "s_counts", std::vector<double>{double(m.predicted_applied), double(m.predicted_kept),
-                                         double(m.verifications), double(m.accepted), double(m.rollbacks),
-                                         double(m.verify_forwards), double(m.phases_predict)});
-  put(a, "s_plain_ms", m.plain_step_ms);
-  put(a, "s_recorded_ms", m.recorded_step_ms);
-}
-
-void HybridStrategy::load(torch::serialize::InputArchive& a) {
-  using namespace archive_io;
-  const std::string name = get_string(a, "predictor_name");
-  if (name != predictor_->name()) {
-    throw std::runtime_error("hybrid state was saved with predictor \"" + name + "\", this run uses \"" +
-                             predictor_->name() + "\": resume with the same hybrid.predictor");
-  }
-  torch::serialize::InputArchive c, d, s, p;
-  a.read("controller", c);
-  a.read("divergence", d);
-  a.read("snapshot", s);
-  a.read("predictor", p);
-  ctl_.load(c);
-  div_.load(d);
-  snapshot_.load(s);
-  predictor_->load(p);
-
-  lr_observed_ = get_double(a, "lr_observed");
-  ahead_ = get_int(a, "ahead");
-  contiguous_ = get_bool(a, "contiguous");
-  stretch_n_ = get_int(a, "stretch_n");
-  stretch_open_ = get_bool(a, "stretch_open");
-  if (get_bool(a, "has_anchor")) get_tensors_into(a, "anchor", before_);
-  if (get_bool(a, "has_prediction")) get_tensors_into(a, "prediction", predicted_);
-  measure_next_ = get_bool(a, "measure_next");
-  measure_ahead_ = get_int(a, "measure_ahead");
-  measure_scale_ = get_double(a, "measure_scale");
-  loss_ema_ = get_double(a, "loss_ema");
-  loss_var_ = get_double(a, "loss_var");
-  loss_slope_ = get_double(a, "loss_slope");
-  have_probe_ = get_bool(a, "have_probe");
-  if (have_probe_) {
-    probe_.input = get_tensor(a, "probe_input");
-    probe_.target = get_tensor(a, "probe_target");
-  }
-  phases_on_probe_ = get_int(a, "phases_on_probe");
-  ref_loss_ = get_double(a, "ref_loss");
-  ref_ahead_ = get_int(a, "ref_ahead");
-  entry_loss_ = get_double(a, "entry_loss");
-  decision_loss_ = get_double(a, "decision_loss");
-  have_decision_loss_ = get_bool(a, "have_decision_loss");
-  phase_sum_ = get_double(a, "phase_sum");
-  phase_n_ = get_int(a, "phase_n");
-  phase_ms_ = get_double(a, "phase_ms");
-  stretch_ms_ = get_double(a, "stretch_ms");
-  stretch_steps_ = get_int(a, "stretch_steps");
-  probe_slope_ = get_double(a, "probe_slope");
-  have_probe_slope_ = get_bool(a, "have_probe_slope");
-  end_loss_ = get_double(a, "end_loss");
-  have_end_loss_ = get_bool(a, "have_end_loss");
-  pending_pred_rate_ = get_double(a, "pending_pred_rate");
-  held_steps_ = get_int(a, "held_steps");
-
-  HybridSummary& m = summary_;
-  m.steps = get_int(a, "s_steps");
-  const auto sp = get_doubles(a, "s_steps_by_phase");
-  const auto ms = get_doubles(a, "s_ms_by_phase");
-  const auto n = get_doubles(a, "s_counts");
-  if (sp.size() != 4 || ms.size() != 4 || n.size() != 7) throw std::runtime_error("hybrid state: bad summary");
-  for (int i = 0; i < 4; ++i) {
-    m.steps_by_phase[i] = static_cast<int64_t>(sp[i]);
-    m.ms_by_phase[i] = ms[i];
-  }
-  m.predicted_applied = static_cast<int64_t>(n[0]);
-  m.predicted_kept = static_cast<int64_t>(n[1]);
-  m.verifications = static_cast<int64_t>(n[2]);
-  m.accepted = static_cast<int64_t>(n[3]);
-  m.rollbacks = static_cast<int64_t>(n[4]);
-  m.verify_forwards = static_cast<int64_t>(n[5]);
-  m.phases_predict = static_cast<int64_t>(n[6]);
-  m.plain_step_ms = get_double(a, "s_plain_ms");
-  m.recorded_step_ms = get_double(a, "s_recorded_ms");
 }
 
 }  // namespace ht

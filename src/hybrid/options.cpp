@@ -38,12 +38,12 @@ void HybridOptions::validate() const {
   if (max_predict_steps < min_predict_steps) {
     fail("max_predict_steps", str(max_predict_steps), ">= min_predict_steps (" + str(min_predict_steps) + ")");
   }
-  if (predictor != "mean" && predictor != "last" && predictor != "ema" && predictor != "dmd" &&
-      predictor != "rssm") {
-    fail("predictor", "\"" + predictor + "\"", "one of \"mean\", \"last\", \"ema\", \"dmd\", \"rssm\"");
+  if (predictor != "mean" && predictor != "regression" && predictor != "last" && predictor != "ema" &&
+      predictor != "dmd" && predictor != "rssm") {
+    fail("predictor", "\"" + predictor + "\"",
+         "one of \"mean\", \"regression\", \"last\", \"ema\", \"dmd\", \"rssm\"");
   }
   if (!(ema_beta >= 0.0 && ema_beta < 1.0)) fail("ema_beta", str(ema_beta), "in [0, 1)");
-  if (!(span_beta >= 0.0 && span_beta < 1.0)) fail("span_beta", str(span_beta), "in [0, 1)");
   at_least("dmd_history", dmd_history, 2);
   at_least("dmd_rank", dmd_rank, 1);
   if (dmd_rank >= dmd_history) fail("dmd_rank", str(dmd_rank), "< dmd_history (" + str(dmd_history) + ")");

@@ -131,12 +131,12 @@ class RssmPredictor : public UpdatePredictor {
   void reset_history() override { ema_count_ = 0; rollout_.clear(); }
   bool ready() const override { return ema_count_ > 0 && updates_ > 0; }
 
-  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead) override {
+  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale) override {
     if (!ready()) throw std::logic_error("rssm predictor: predict_into before the model was trained");
     roll_out(steps_ahead);
     const std::vector<double>& alpha = rollout_[steps_ahead - 1].alpha;
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < out.size(); ++i) at::mul_out(out[i], ema_[i], alpha[group_[i]]);
+    for (size_t i = 0; i < out.size(); ++i) at::mul_out(out[i], ema_[i], alpha[group_[i]] * scale);
   }
 
   double predicted_loss_change(int64_t steps_ahead) override {

@@ -73,9 +73,14 @@ TEST(PhaseController, HorizonGrowsToMaxAndHalvesOnRollback) {
   ASSERT_EQ(c.phase(), ht::Phase::Predict);
   c.on_predicted_step();
   c.on_verification(false);
-  EXPECT_NE(c.on_rollback().find("rolled back"), std::string::npos);
+  EXPECT_NE(c.on_rollback(0).find("rolled back"), std::string::npos);
   EXPECT_EQ(c.phase(), ht::Phase::Correct);
-  EXPECT_EQ(c.horizon(), 4);
+  EXPECT_EQ(c.horizon(), 2);  // nothing held: a quarter
+  run_real(c, 1 + 2);
+  ASSERT_EQ(c.phase(), ht::Phase::Predict);
+  c.on_predicted_step();
+  c.on_rollback(1);
+  EXPECT_EQ(c.horizon(), 1);  // what held, at most half
 }
 
 TEST(PhaseController, RejectionsCloseTheGateThenHoldProbeAndBackOff) {
@@ -87,7 +92,7 @@ TEST(PhaseController, RejectionsCloseTheGateThenHoldProbeAndBackOff) {
   for (int i = 0; i < 3; ++i) c.on_verification(false);
   EXPECT_LT(c.confidence(), before);
   EXPECT_LT(c.confidence(), o.enter_confidence);
-  c.on_rollback();
+  c.on_rollback(0);
   run_real(c, 1);  // correct
   run_real(c, 1);
   std::string msg = c.on_real_step(true);  // end of full: gate closed -> hold
@@ -105,7 +110,7 @@ TEST(PhaseController, RejectionsCloseTheGateThenHoldProbeAndBackOff) {
   EXPECT_EQ(c.horizon(), o.min_predict_steps);
   EXPECT_DOUBLE_EQ(c.step_scale(), 1.0);
   c.on_verification(false);
-  c.on_rollback();
+  c.on_rollback(0);
   run_real(c, 1 + 2);
   EXPECT_TRUE(c.holding());  // the failed probe doubles the next hold
   int held = 0;

@@ -129,7 +129,7 @@ TEST(Predictors, SaveLoadGivesIdenticalPredictions) {
   GeometricTrajectory traj;
   ht::HybridOptions o;
   o.rssm_train_every = 2;
-  for (const std::string name : {"last", "ema", "dmd", "rssm"}) {
+  for (const std::string name : {"last", "ema", "dmd", "rssm", "mean", "regression"}) {
     o.predictor = name;
     auto a = ht::make_update_predictor(o);
     ht::TrainingFeatures f;
@@ -138,10 +138,13 @@ TEST(Predictors, SaveLoadGivesIdenticalPredictions) {
     f.lr = 0.1;
     f.grad_norm = 1.0;
     f.group_update_norms = {1.0, 0.5};
+    const bool weights = a->input() == ht::UpdatePredictor::Input::Weights;
     for (int64_t t = 0; t < 10; ++t) {
       f.loss *= 0.97;
-      a->observe(traj.at(t), f);
+      if (weights) a->observe_weights(traj.at(t), f);  // any sequence of tensors will do
+      else a->observe(traj.at(t), f);
     }
+    if (weights) a->end_stretch(traj.at(10));
     ASSERT_TRUE(a->ready()) << name;
     const std::string bytes = to_bytes(*a);
     auto b = ht::make_update_predictor(o);
@@ -152,14 +155,55 @@ TEST(Predictors, SaveLoadGivesIdenticalPredictions) {
     EXPECT_TRUE(torch::equal(pa[0], pb[0]) && torch::equal(pa[1], pb[1])) << name;
     // Both continue identically (the rssm's training noise generator was saved too).
     for (int64_t t = 10; t < 14; ++t) {
-      a->observe(traj.at(t), f);
-      b->observe(traj.at(t), f);
+      if (weights) {
+        a->observe_weights(traj.at(t), f);
+        b->observe_weights(traj.at(t), f);
+      } else {
+        a->observe(traj.at(t), f);
+        b->observe(traj.at(t), f);
+      }
+    }
+    if (weights) {
+      a->end_stretch(traj.at(14));
+      b->end_stretch(traj.at(14));
     }
     a->predict_into(pa, 2);
     b->predict_into(pb, 2);
     EXPECT_TRUE(torch::equal(pa[0], pb[0]) && torch::equal(pa[1], pb[1])) << name;
     EXPECT_GT(a->state_bytes(), 0) << name;
   }
+}
+
+TEST(Predictors, TrajectoryPredictorsRecoverTheDriftOfANoisyLine) {
+  // w_t = c + v t + noise_t: mean sees v plus the noise difference of the end points over n-1;
+  // regression fits v and returns from the noisy last weights to the line first.
+  torch::manual_seed(9);
+  const at::Tensor c = torch::randn({50, 4}), v = 0.01 * torch::randn({50, 4});
+  std::vector<at::Tensor> noise;
+  for (int t = 0; t < 64; ++t) noise.push_back(0.05 * torch::randn({50, 4}));
+  auto w = [&](int t) { return std::vector<at::Tensor>{c + v * double(t) + noise[t]}; };
+  auto mean = ht::make_mean_predictor(), reg = ht::make_regression_predictor();
+  ht::TrainingFeatures f;
+  for (int t = 0; t < 64; ++t) {
+    mean->observe_weights(w(t), f);
+    reg->observe_weights(w(t), f);
+  }
+  mean->end_stretch(w(63));
+  reg->end_stretch(w(63));
+  std::vector<at::Tensor> out{torch::zeros({50, 4})};
+  mean->predict_into(out, 5);
+  EXPECT_TRUE(torch::allclose(out[0], v + (noise[63] - noise[0]) / 63.0, 1e-4, 1e-6));
+  reg->predict_into(out, 3, 2.0);
+  EXPECT_LT((out[0] - 2.0 * v).norm().item<double>(), 0.1 * (2.0 * v).norm().item<double>());
+  // Step 1: from w_63 back to the line at t = 63, then one step along it.
+  reg->predict_into(out, 1);
+  const at::Tensor landed = w(63)[0] + out[0];
+  const at::Tensor truth = c + v * 64.0;
+  // The line at its end point carries about a quarter of the noise (sqrt(1/n + 3/n) for n = 64).
+  EXPECT_LT((landed - truth).norm().item<double>(), 0.4 * noise[63].norm().item<double>());
+  EXPECT_THROW(mean->observe(w(0), f), std::logic_error);
+  reg->reset_history();
+  EXPECT_FALSE(reg->ready());
 }
 
 TEST(Predictors, RssmLearnsTheMultiplierOfAGeometricTrajectory) {

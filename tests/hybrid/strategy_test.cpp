@@ -51,27 +51,25 @@ class SabotagedPredictor : public ht::UpdatePredictor {
                      std::unique_ptr<ht::UpdatePredictor> inner = ht::make_ema_predictor(0.9))
       : inner_(std::move(inner)), mode_(mode), noise_(noise) {}
   std::string name() const override { return "sabotaged"; }
-  bool observes_steps() const override { return inner_->observes_steps(); }
+  Input input() const override { return inner_->input(); }
+  void observe_weights(const std::vector<at::Tensor>& w, const ht::TrainingFeatures& f) override {
+    inner_->observe_weights(w, f);
+  }
+  void end_stretch(const std::vector<at::Tensor>& w) override { inner_->end_stretch(w); }
   void observe(const std::vector<at::Tensor>& d, const ht::TrainingFeatures& f) override {
     inner_->observe(d, f);
-    note_span();
+    ++observed_;
   }
-  void reset_history() override {
-    inner_->reset_history();
-    ++phases_;
-  }
-  // Span predictors see one observation per stretch: count those as phases too.
-  void note_span() {
-    if (!inner_->observes_steps()) ++phases_;
-  }
+  void reset_history() override { inner_->reset_history(); }
+
   bool ready() const override { return inner_->ready(); }
-  void predict_into(std::vector<at::Tensor>& out, int64_t k) override {
-    inner_->predict_into(out, k);
+  void predict_into(std::vector<at::Tensor>& out, int64_t k, double scale) override {
+    inner_->predict_into(out, k, scale);
     torch::NoGradGuard g;
-    const bool bad = mode_ != Mode::AlternatePhases || phases_ % 2 == 0;
+    const bool bad = mode_ != Mode::AlternatePhases || (observed_ / 20) % 2 == 0;
     if (!bad) return;
     for (auto& t : out) {
-      if (mode_ == Mode::Noise) {
+      if (mode_ != Mode::Negate) {
         t.normal_(0.0, noise_);
       } else {
         t.neg_();
@@ -86,7 +84,7 @@ class SabotagedPredictor : public ht::UpdatePredictor {
   std::unique_ptr<ht::UpdatePredictor> inner_;
   Mode mode_;
   double noise_;
-  int64_t phases_ = 0;
+  int64_t observed_ = 0;  // AlternatePhases: bad for 20 observations, good for the next 20
 };
 
 std::vector<ht::StepRecord> run_steps(ht::Trainer& trainer, int64_t n) {
@@ -294,8 +292,9 @@ TEST(HybridStrategy, TensorMemoryStaysFlatAcrossPredictAndRollbackCycles) {
   toy::MlpRun run(700);
   ht::HybridOptions o = toy_options("ema");
   o.enter_confidence = 0.0;  // predict every cycle, whatever the outcomes
+  o.tolerance = 1.0;         // keep the good phases; the bad ones are noise of norm 1e3
   run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
-      o, std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::AlternatePhases)));
+      o, std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::AlternatePhases, 1e3)));
   const auto recs = run_steps(*run.trainer, 700);
   int64_t lo = INT64_MAX, hi = 0;
   for (size_t i = 100; i < recs.size(); ++i) {

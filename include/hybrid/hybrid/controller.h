@@ -39,7 +39,9 @@ class PhaseController {
   // Transitions. Each returns a human-readable reason when the phase changed, "" otherwise.
   std::string on_real_step(bool predictor_ready);  // after a warmup / full / correct step
   std::string on_predicted_step();                 // a predicted step that was kept (so far)
-  std::string on_rollback();  // verification failed: weights restored; this step turns Correct
+  // Verification failed: weights restored to the last verified point, `kept` predicted steps of
+  // this phase survive. This step turns Correct; the next horizon shrinks to what held.
+  std::string on_rollback(int64_t kept);
 
   // Calibration.
   void on_verification(bool accepted);

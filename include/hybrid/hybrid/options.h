@@ -14,13 +14,13 @@ struct HybridOptions {
   int64_t warmup_steps = 50;       // plain full steps before anything is recorded
   int64_t full_steps = 64;         // recorded full steps per cycle (extended until the predictor is ready)
   int64_t correct_steps = 16;      // real steps after a predict phase: measure the error, let Adam settle
-  int64_t min_predict_steps = 32;  // first horizon, and the floor it shrinks to
+  int64_t min_predict_steps = 32;  // first horizon (and a probe's); rollbacks may shrink it below
   int64_t max_predict_steps = 64;  // the horizon grows on success up to this
 
-  // Predictor: "mean" (mean update of the last recorded stretch) | "last" | "ema" | "dmd" | "rssm".
+  // Predictor: "mean" | "regression" (trajectory of the last recorded stretch) | "last" | "ema"
+  // (recent updates) | "dmd" (linear recurrence of updates) | "rssm" (learned dynamics).
   std::string predictor = "mean";
   double ema_beta = 0.9;           // ema predictor (and the direction the rssm scales)
-  double span_beta = 0.0;          // mean predictor: weight of earlier stretches' means
   int64_t dmd_history = 8;         // K: deltas kept per tensor
   int64_t dmd_rank = 4;            // p: order of the linear recurrence fitted over them (< K)
   double dmd_ridge = 1e-6;         // relative Tikhonov term of the K x K least squares
@@ -34,8 +34,9 @@ struct HybridOptions {
   uint64_t seed = 1234;            // the stochastic latent's generator
 
   // Verification: "batch" = forward on every predicted step's own training batch;
-  // "holdout" = forward on a probe batch (drawn from the training stream, never trained on in
-  // that phase) every verify_every predicted steps and at the end of the phase.
+  // "holdout" = forward on a probe (probe_batches batches drawn from the training stream and
+  // never trained on) after the 4th predicted step of a phase, every verify_every steps and at
+  // the end of the phase. Either way a failed check restores the last verified weights.
   std::string verify = "holdout";
   int64_t verify_every = 16;
   int64_t probe_batches = 2;       // training batches concatenated into the probe

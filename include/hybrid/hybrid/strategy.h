@@ -62,7 +62,7 @@ class HybridStrategy : public StepStrategy {
  private:
   void ensure_buffers(Trainer& trainer);
   FullStepResult real_step(Trainer& trainer, bool record, StepRecord& rec);
-  void observe_span(Trainer& trainer, const FullStepResult& r, StepRecord& rec);
+  void end_stretch(Trainer& trainer, StepRecord& rec);
   void predicted_step(Trainer& trainer, StepRecord& rec);
   void enter_predict(Trainer& trainer);
   void finish_predict_phase(Trainer& trainer, double final_probe_loss);
@@ -85,7 +85,7 @@ class HybridStrategy : public StepStrategy {
   // Parameter handles (shared storage with the model) and preallocated per-parameter buffers.
   std::vector<at::Tensor> params_;     // the optimizer's parameters
   std::vector<at::Tensor> state_;      // params_ + floating module buffers: what a rollback restores
-  std::vector<at::Tensor> before_;     // weights before a recorded step (span mode: the anchor)
+  std::vector<at::Tensor> before_;     // weights before a recorded step (update predictors only)
   std::vector<at::Tensor> delta_;      // the update that step made
   std::vector<at::Tensor> predicted_;  // predictor output
   std::vector<int64_t> group_;         // layer group of each parameter
@@ -97,7 +97,8 @@ class HybridStrategy : public StepStrategy {
   int64_t ahead_ = 0;            // predicted steps applied since the last observation
   bool contiguous_ = false;      // the previous step was a recorded real step
   int64_t stretch_n_ = 0;        // recorded real steps in the current stretch
-  bool stretch_open_ = false;    // span mode: the stretch has not been handed to the predictor yet
+  bool stretch_open_ = false;    // the stretch has not been handed to the predictor yet
+  double last_scale_ = 1.0;      // scale of the last predicted step
   bool measure_next_ = false;    // the next real step measures the prediction error
   int64_t measure_ahead_ = 0;
   double measure_scale_ = 1.0;
@@ -114,6 +115,7 @@ class HybridStrategy : public StepStrategy {
   int64_t phases_on_probe_ = 0;  // predict phases verified on the current probe batch
   double ref_loss_ = NAN;        // loss at the last verified point (probe or train-loss EMA)
   int64_t ref_ahead_ = 0;        // ahead_ at that point
+  int64_t phase_start_ahead_ = 0;  // ahead_ when the phase began
   double entry_loss_ = NAN;      // probe loss when the phase began
   double decision_loss_ = NAN;   // probe loss measured just before the controller decided
   bool have_decision_loss_ = false;

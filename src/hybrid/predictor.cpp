@@ -1,0 +1,34 @@
+// The predictor factory by name, the interface's defaults, and the layer-group split.
+#include "hybrid/hybrid/predictor.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "hybrid/hybrid/options.h"
+
+namespace ht {
+
+std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& o) {
+  o.validate();
+  if (o.predictor == "mean") return make_mean_predictor();
+  if (o.predictor == "regression") return make_regression_predictor();
+  if (o.predictor == "last") return make_last_predictor();
+  if (o.predictor == "ema") return make_ema_predictor(o.ema_beta);
+  if (o.predictor == "dmd") return make_dmd_predictor(o.dmd_history, o.dmd_rank, o.dmd_ridge);
+  return make_rssm_predictor(o);
+}
+
+void UpdatePredictor::observe_weights(const std::vector<at::Tensor>&, const TrainingFeatures&) {
+  throw std::logic_error(name() + " predictor observes updates, not weights");
+}
+
+void UpdatePredictor::end_stretch(const std::vector<at::Tensor>&) {}
+
+std::vector<int64_t> layer_groups(int64_t num_tensors, int64_t num_groups) {
+  const int64_t g = std::max<int64_t>(1, std::min(num_groups, num_tensors));
+  std::vector<int64_t> group(static_cast<size_t>(num_tensors));
+  for (int64_t i = 0; i < num_tensors; ++i) group[static_cast<size_t>(i)] = i * g / std::max<int64_t>(1, num_tensors);
+  return group;
+}
+
+}  // namespace ht
