@@ -2,10 +2,19 @@
 // Defaults train the tiny GPT on the KJV Bible; presets in configs/ change what they need.
 #include "config.h"
 
+#include <fmt/format.h>
+
+#include "hybrid/hybrid/options.h"
+
 namespace ht::cli {
+namespace {
+template <typename T>
+std::string num(T value) { return fmt::format("{}", value); }
+}  // namespace
 
 const std::vector<KeySpec>& config_schema() {
   using T = KeyType;
+  static const HybridOptions H;
   static const std::vector<KeySpec> schema = {
       {"run.out_dir", T::String, "runs/default", {}, "directory for metrics.jsonl and checkpoints/"},
       {"run.seed", T::Int, "1337", {}, "seed for initialisation and data order"},
@@ -59,16 +68,19 @@ const std::vector<KeySpec>& config_schema() {
       {"memory.recompute", T::String, "none", {"none", "selective", "full"}, "activation recompute"},
       {"memory.recompute_every", T::Int, "1", {}, "full recompute: every n-th block"},
 
-      {"hybrid.predictor", T::String, "ema", {"mean", "last", "ema", "dmd", "rssm"}, "update predictor"},
-      {"hybrid.warmup_steps", T::Int, "50", {}, "plain steps before anything is recorded"},
-      {"hybrid.full_steps", T::Int, "8", {}, "recorded full steps per cycle"},
-      {"hybrid.correct_steps", T::Int, "1", {}, "real steps after a predict phase that measure its error"},
-      {"hybrid.max_predict_steps", T::Int, "16", {}, "longest predict phase"},
-      {"hybrid.verify", T::String, "holdout", {"batch", "holdout"}, "what a predicted step is verified on"},
-      {"hybrid.verify_every", T::Int, "4", {}, "holdout verification every n predicted steps"},
-      {"hybrid.tolerance", T::Float, "0", {}, "accepted loss rise relative to the last verified loss"},
-      {"hybrid.max_step_scale", T::Float, "1", {}, "predicted-update multiplier at full confidence"},
-      {"hybrid.pay_check", T::Bool, "true", {}, "predict only while it lowers the loss faster per second"},
+      // Hybrid defaults come from HybridOptions so the CLI and the library never drift apart.
+      {"hybrid.predictor", T::String, H.predictor, {"mean", "regression", "last", "ema", "dmd", "rssm"}, "update predictor"},
+      {"hybrid.warmup_steps", T::Int, num(H.warmup_steps), {}, "plain steps before anything is recorded"},
+      {"hybrid.full_steps", T::Int, num(H.full_steps), {}, "recorded full steps per cycle"},
+      {"hybrid.correct_steps", T::Int, num(H.correct_steps), {}, "real steps after a predict phase that measure its error"},
+      {"hybrid.min_predict_steps", T::Int, num(H.min_predict_steps), {}, "first predict horizon (and a probe's)"},
+      {"hybrid.max_predict_steps", T::Int, num(H.max_predict_steps), {}, "longest predict phase"},
+      {"hybrid.verify", T::String, H.verify, {"batch", "holdout"}, "what a predicted step is verified on"},
+      {"hybrid.verify_every", T::Int, num(H.verify_every), {}, "holdout verification every n predicted steps"},
+      {"hybrid.probe_batches", T::Int, num(H.probe_batches), {}, "training batches held out as the verification probe"},
+      {"hybrid.tolerance", T::Float, num(H.tolerance), {}, "accepted loss rise relative to the last verified loss"},
+      {"hybrid.max_step_scale", T::Float, num(H.max_step_scale), {}, "predicted-update multiplier at full confidence"},
+      {"hybrid.pay_check", T::Bool, H.pay_check ? "true" : "false", {}, "predict only while it lowers the loss faster per second"},
       {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update"},
       {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size"},
 

@@ -19,6 +19,9 @@ std::string duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+// Predicted steps verified on a held-out probe have no loss of their own: show a dash, not "nan".
+std::string loss_text(double loss) { return std::isfinite(loss) ? fmt::format("{:.4f}", loss) : "   -  "; }
+
 std::string mib(int64_t bytes) { return fmt::format("{:.0f} MiB", bytes / 1048576.0); }
 
 }  // namespace
@@ -44,8 +47,8 @@ void ConsoleLogger::on_step(const StepRecord& r) {
   const int64_t done = r.step - first_step_;
   const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps_ - r.step) : NAN;
   const std::string body = fmt::format(
-      "step {:>6}/{} {:<7} loss {:.4f}  lr {:.2e}  {:.0f} ms/step  {:.0f} items/s  mem {} (peak {})  ETA {}",
-      r.step, total_steps_, r.phase, r.loss, r.lr, smoothed_ms_, r.items_per_sec, mib(r.tensor_bytes),
+      "step {:>6}/{} {:<7} loss {}  lr {:.2e}  {:.0f} ms/step  {:.0f} items/s  mem {} (peak {})  ETA {}",
+      r.step, total_steps_, r.phase, loss_text(r.loss), r.lr, smoothed_ms_, r.items_per_sec, mib(r.tensor_bytes),
       mib(r.peak_bytes), duration(eta));
   if (live_) {
     std::fprintf(out_, "\r\033[K%s", body.c_str());

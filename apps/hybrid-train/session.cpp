@@ -204,9 +204,11 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
   h.warmup_steps = c.get_int("hybrid.warmup_steps");
   h.full_steps = c.get_int("hybrid.full_steps");
   h.correct_steps = c.get_int("hybrid.correct_steps");
+  h.min_predict_steps = c.get_int("hybrid.min_predict_steps");
   h.max_predict_steps = c.get_int("hybrid.max_predict_steps");
   h.verify = c.get_string("hybrid.verify");
   h.verify_every = c.get_int("hybrid.verify_every");
+  h.probe_batches = c.get_int("hybrid.probe_batches");
   h.tolerance = c.get_float("hybrid.tolerance");
   h.max_step_scale = c.get_float("hybrid.max_step_scale");
   h.pay_check = c.get_bool("hybrid.pay_check");
