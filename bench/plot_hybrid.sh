@@ -4,20 +4,21 @@
 set -euo pipefail
 dir=${1:-bench/results}
 for task in $(tail -n +2 "$dir/hybrid_curves.csv" | cut -d, -f1 | sort -u); do
-  for mode in plain hybrid lookahead; do
-    awk -F, -v t="$task" -v m="$mode" '$1==t && $2==m && $3==1 {print $5, $6}' "$dir/hybrid_curves.csv" > "$dir/.$task-$mode.dat"
+  modes=$(tail -n +2 "$dir/hybrid_curves.csv" | awk -F, -v t="$task" '$1==t {print $2}' | awk '!seen[$0]++')
+  plot=""
+  for mode in $modes; do
+    awk -F, -v t="$task" -v m="$mode" '$1==t && $2==m && $3==1 && $4>0 {print $5, $6}' "$dir/hybrid_curves.csv" > "$dir/.$task-$mode.dat"
+    plot="$plot${plot:+, }\"$dir/.$task-$mode.dat\" with linespoints title \"$mode\""
   done
   gnuplot <<GP
 set terminal pngcairo size 900,560
 set output "$dir/hybrid_$task.png"
-set title "$task: validation loss vs training wall-clock (seed 1)"
+set title "$task: validation loss vs training wall-clock (seed 1; the untrained point at 0 s is left out)"
 set xlabel "seconds of training"
 set ylabel "validation loss"
 set key top right
 set grid
-plot "$dir/.$task-plain.dat" with linespoints title "plain", \
-     "$dir/.$task-hybrid.dat" with linespoints title "hybrid", \
-     "$dir/.$task-lookahead.dat" with linespoints title "lookahead"
+plot $plot
 GP
   rm -f "$dir"/.$task-*.dat
   echo "wrote $dir/hybrid_$task.png"

@@ -14,12 +14,16 @@ struct Case {
   bool causal;
 };
 
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string describe(const Case& c) {
   return "T" + std::to_string(c.T) + "_S" + std::to_string(c.S) + "_hs" + std::to_string(c.hs) +
          "_bq" + std::to_string(c.block_q) + "_bk" + std::to_string(c.block_k) +
          (c.causal ? "_causal" : "_full");
 }
+
+std::string case_name(const testing::TestParamInfo<Case>& info) { return describe(info.param); }
+
+// Without this gtest prints the raw bytes of the struct (padding included) in ctest's listing.
+void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
 
 class FlashVsNaive : public testing::TestWithParam<Case> {};
 
