@@ -12,6 +12,7 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/optimizer.h"
 #include "hybrid/core/runtime.h"
+#include "hybrid/models/gemm.h"
 #include "hybrid/models/gpt.h"
 
 int main(int argc, char** argv) {
@@ -72,9 +73,9 @@ int main(int argc, char** argv) {
   const auto mem = ht::allocator_stats();
   std::printf(
       "{\"impl\": \"cpp\", \"preset\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"threads\": %d, "
-      "\"optimizer\": \"%s\", \"caching\": %s, \"median_ms\": %.2f, \"min_ms\": %.2f, \"max_ms\": %.2f, "
+      "\"optimizer\": \"%s\", \"gemm\": \"%s\", \"caching\": %s, \"median_ms\": %.2f, \"min_ms\": %.2f, \"max_ms\": %.2f, "
       "\"loss\": %.5f, \"peak_mib\": %.1f}\n",
       preset.c_str(), static_cast<long long>(batch), static_cast<long long>(seq), threads, optimizer.c_str(),
-      caching ? "true" : "false", ms[ms.size() / 2], ms.front(), ms.back(), loss_value, mem.peak_bytes / 1048576.0);
+      ht::gemm_backend().c_str(), caching ? "true" : "false", ms[ms.size() / 2], ms.front(), ms.back(), loss_value, mem.peak_bytes / 1048576.0);
   return 0;
 }

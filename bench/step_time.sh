@@ -14,6 +14,7 @@ for r in $(seq 1 "$rounds"); do
     read -r preset b t steps <<< "$shape"
     /usr/bin/python3 bench/python/gpt_step.py --preset "$preset" --batch "$b" --seq "$t" --steps "$steps" | tee -a "$out"
     ./build/bench/step_time --preset "$preset" --batch "$b" --seq "$t" --steps "$steps" | tee -a "$out"
+    HT_GEMM=aten ./build/bench/step_time --preset "$preset" --batch "$b" --seq "$t" --steps "$steps" | tee -a "$out"
     ./build/bench/step_time --preset "$preset" --batch "$b" --seq "$t" --steps "$steps" --optimizer torch --caching false | tee -a "$out"
   done
 done
@@ -25,9 +26,12 @@ for preset in ("tiny", "gpt2"):
         v = [r["median_ms"] for r in rows if r["preset"] == preset and pred(r)]
         return statistics.median(v), min(v), max(v)
     py = med(lambda r: r["impl"] == "python")
-    ours = med(lambda r: r["impl"] == "cpp" and r["optimizer"] == "fused")
+    ours = med(lambda r: r["impl"] == "cpp" and r["optimizer"] == "fused" and r["gemm"] == "onednn")
+    aten = med(lambda r: r["impl"] == "cpp" and r["optimizer"] == "fused" and r["gemm"] == "aten")
     plain = med(lambda r: r["impl"] == "cpp" and r["optimizer"] == "torch")
     print(f"{preset}: python {py[0]:.1f} ms [{py[1]:.1f}-{py[2]:.1f}], "
           f"hybrid-trainer {ours[0]:.1f} ms [{ours[1]:.1f}-{ours[2]:.1f}], "
-          f"C++ with torch AdamW + malloc {plain[0]:.1f} ms; ratio ours/python {ours[0]/py[0]:.2f}")
+          f"ours with HT_GEMM=aten {aten[0]:.1f} ms, "
+          f"C++ with torch AdamW + malloc {plain[0]:.1f} ms; ratio ours/python {ours[0]/py[0]:.2f} "
+          f"(HT_GEMM=aten {aten[0]/py[0]:.2f})")
 PY
