@@ -108,6 +108,7 @@ int run_train(const std::vector<std::string>& args) {
   const int64_t first_step = trainer.step();
   const EvalRecord final_eval = trainer.fit();
   g_running_trainer = nullptr;
+  logger.on_message(Level::Info, trainer.memory_summary().to_string());  // terminal and metrics.jsonl
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const AllocatorStats mem = allocator_stats();
