@@ -1,6 +1,8 @@
-// Measures the memory levers on their own (ht_core + LibTorch only): flash vs naive attention,
-// activation recompute levels on a GPT-2-small-shaped layer stack, and 8-bit vs fp32 AdamW.
+// Measures the memory levers on their own: flash vs naive attention, activation recompute levels
+// on a GPT-2-small-shaped layer stack, 8-bit vs fp32 AdamW, and a hybrid predict step's peak
+// against a full step's on GPT-2 small (`predict`, not part of `all`: minutes and ~10 GiB).
 //   memory_bench [attention|recompute|optimizer|all] [threads] [reps]
+//   memory_bench predict [threads] [reps] [B] [T]
 // Times are medians of `reps` interleaved runs; memory is the tracking allocator's peak of tensor
 // bytes above what was live before the measured call.
 #include <algorithm>
@@ -17,9 +19,12 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/optimizer.h"
 #include "hybrid/core/runtime.h"
+#include "hybrid/core/trainer.h"
 #include "hybrid/memory/adamw8bit.h"
 #include "hybrid/memory/attention.h"
 #include "hybrid/memory/recompute.h"
+#include "hybrid/models/gpt.h"
+#include "hybrid/models/gpt_objective.h"
 
 namespace {
 
@@ -208,6 +213,80 @@ void bench_optimizer(int reps) {
                 double(opts[i]->state_bytes()) / n);
 }
 
+// One fixed batch of random tokens: the step's memory does not depend on the text.
+class FixedTokens : public ht::DataSource {
+ public:
+  FixedTokens(int64_t B, int64_t T, int64_t vocab) {
+    const at::Tensor seq = torch::randint(vocab, {B, T + 1});  // [B, T+1]
+    batch_ = {seq.narrow(1, 0, T).contiguous(), seq.narrow(1, 1, T).contiguous()};
+  }
+  ht::Batch next_train_batch() override { return batch_; }
+  ht::DataCursor cursor() const override { return {}; }
+  void restore(const ht::DataCursor&) override {}
+  int64_t num_val_batches() const override { return 1; }
+  ht::Batch val_batch(int64_t) const override { return batch_; }
+  int64_t items_per_batch() const override { return batch_.input.numel(); }
+
+ private:
+  ht::Batch batch_;
+};
+
+// GPT-2 small with AdamW and the hybrid engine's resident buffers (rollback snapshot, recorded
+// update, prediction: three parameter-sized copies). A full step goes through the trainer; a
+// predict step does what HybridStrategy's does: add the predicted update in place under no-grad,
+// then one verification forward without a graph on a probe batch (hybrid.probe_batches = 1).
+void bench_predict(int64_t B, int64_t T, int reps) {
+  std::printf("\n# GPT-2 small, B %ld, T %ld: full step vs hybrid predict step (tensor bytes, absolute)\n",
+              static_cast<long>(B), static_cast<long>(T));
+  torch::manual_seed(0);
+  ht::GPTConfig cfg = ht::gpt_preset("gpt2");
+  auto gpt = std::make_shared<ht::GPT>(cfg);
+  auto objective = ht::make_gpt_objective(gpt);
+  auto optimizer = ht::make_adamw(gpt->parameters(), ht::AdamWOptions{});
+  FixedTokens data(B, T, cfg.vocab_size);
+  ht::TrainerOptions options;
+  options.max_steps = 2 * reps + 1;
+  ht::Trainer trainer(*objective, *optimizer, data, options);
+  std::vector<at::Tensor> buffers;  // [3 x params]
+  for (int copy = 0; copy < 3; ++copy)
+    for (const auto& p : gpt->parameters()) buffers.push_back(torch::zeros_like(p).mul_(copy == 2 ? 1e-6 : 0.0));
+  const size_t n = gpt->parameters().size();
+  trainer.train_step();  // gradients and Adam state exist from here on
+
+  std::vector<double> full_ms, predict_ms;
+  ht::StepRecord full, predict;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    full = trainer.train_step();
+    full_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+
+    t0 = std::chrono::steady_clock::now();
+    trainer.memory().begin_step();
+    {
+      const auto scope = trainer.memory().phase(ht::MemoryPhase::Predict);
+      torch::NoGradGuard no_grad;
+      const auto& params = trainer.optimizer().parameters();
+      for (size_t i = 0; i < n; ++i) params[i].add_(buffers[2 * n + i]);
+      gpt->eval();
+      objective->loss(data.next_train_batch()).item<double>();
+      gpt->train();
+    }
+    trainer.memory().end_step(predict);
+    predict_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(full_ms.begin(), full_ms.end());
+  std::sort(predict_ms.begin(), predict_ms.end());
+  const int64_t resident = full.tensor_bytes;
+  std::printf("  resident between steps %8.1f MiB (params+grads+AdamW+3 hybrid buffers)\n", resident / kMiB);
+  std::printf("  full step     peak %8.1f MiB  (forward %.1f, backward %.1f, optimizer %.1f)  %8.0f ms\n",
+              full.peak_bytes / kMiB, full.peak_forward_bytes / kMiB, full.peak_backward_bytes / kMiB,
+              full.peak_optimizer_bytes / kMiB, full_ms[full_ms.size() / 2]);
+  std::printf("  predict step  peak %8.1f MiB  %8.0f ms\n", predict.peak_bytes / kMiB, predict_ms[predict_ms.size() / 2]);
+  std::printf("  predict / full peak: %.3f absolute, %.3f above the resident state\n",
+              double(predict.peak_bytes) / full.peak_bytes,
+              double(predict.peak_bytes - resident) / double(full.peak_bytes - resident));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,5 +299,6 @@ int main(int argc, char** argv) {
   if (what == "attention" || what == "all") bench_attention(reps);
   if (what == "recompute" || what == "all") bench_recompute(reps);
   if (what == "optimizer" || what == "all") bench_optimizer(reps);
+  if (what == "predict") bench_predict(argc > 4 ? std::atoll(argv[4]) : 4, argc > 5 ? std::atoll(argv[5]) : 1024, reps);
   return 0;
 }

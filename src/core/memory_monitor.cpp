@@ -141,7 +141,7 @@ std::string MemorySummary::to_string() const {
   std::string s = format("memory over %lld steps: peak %s of tensors", static_cast<long long>(steps),
                          mib_text(peak_bytes).c_str());
   if (budget_bytes > 0)
-    s += format(" (%.0f%% of the %s budget)", 100.0 * peak_bytes / budget_bytes, mib_text(budget_bytes).c_str());
+    s += format(" (%.1f%% of the %s budget)", 100.0 * peak_bytes / budget_bytes, mib_text(budget_bytes).c_str());
   s += "\n  resident: parameters " + mib_text(parameter_bytes) + ", gradients " + mib_text(gradient_bytes) +
        ", optimizer state " + mib_text(optimizer_bytes) + ", strategy " + mib_text(strategy_bytes) +
        ", other " + mib_text(other_bytes);

@@ -243,7 +243,7 @@ void Trainer::watch_memory_budget(const StepRecord& rec) {
   std::ostringstream os;
   os.precision(3);
   os << step_name(step_) << ": tensor memory peaked at " << mib_text(rec.peak_bytes) << ", "
-     << static_cast<int>(100.0 * share) << "% of the " << mib_text(budget) << " budget (above "
+     << std::round(1000.0 * share) / 10.0 << "% of the " << mib_text(budget) << " budget (above "
      << (critical ? "critical_fraction " : "warn_fraction ") << (critical ? m.critical_fraction : m.warn_fraction)
      << ")";
   if (!critical) {
