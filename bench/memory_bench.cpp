@@ -2,7 +2,7 @@
 // on a GPT-2-small-shaped layer stack, 8-bit vs fp32 AdamW, and a hybrid predict step's peak
 // against a full step's on GPT-2 small (`predict`, not part of `all`: minutes and ~10 GiB).
 //   memory_bench [attention|recompute|optimizer|all] [threads] [reps]
-//   memory_bench predict [threads] [reps] [B] [T]
+//   memory_bench predict [threads] [probe_batches] [B] [T]
 // Times are medians of `reps` interleaved runs; memory is the tracking allocator's peak of tensor
 // bytes above what was live before the measured call.
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "hybrid/core/optimizer.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/hybrid/strategy.h"
 #include "hybrid/memory/adamw8bit.h"
 #include "hybrid/memory/attention.h"
 #include "hybrid/memory/recompute.h"
@@ -231,13 +232,12 @@ class FixedTokens : public ht::DataSource {
   ht::Batch batch_;
 };
 
-// GPT-2 small with AdamW and the hybrid engine's resident buffers (rollback snapshot, recorded
-// update, prediction: three parameter-sized copies). A full step goes through the trainer; a
-// predict step does what HybridStrategy's does: add the predicted update in place under no-grad,
-// then one verification forward without a graph on a probe batch (hybrid.probe_batches = 1).
-void bench_predict(int64_t B, int64_t T, int reps) {
-  std::printf("\n# GPT-2 small, B %ld, T %ld: full step vs hybrid predict step (tensor bytes, absolute)\n",
-              static_cast<long>(B), static_cast<long>(T));
+// GPT-2 small with AdamW under the real hybrid engine (mean predictor), phases shortened so a
+// predict phase comes after three full steps. Peaks are the trainer's per-step records: absolute
+// tensor bytes, resident state included.
+void bench_predict(int64_t B, int64_t T, int64_t probe_batches) {
+  std::printf("\n# GPT-2 small, B %ld, T %ld, probe of %ld batch(es): full step vs hybrid predict step\n",
+              static_cast<long>(B), static_cast<long>(T), static_cast<long>(probe_batches));
   torch::manual_seed(0);
   ht::GPTConfig cfg = ht::gpt_preset("gpt2");
   auto gpt = std::make_shared<ht::GPT>(cfg);
@@ -245,46 +245,47 @@ void bench_predict(int64_t B, int64_t T, int reps) {
   auto optimizer = ht::make_adamw(gpt->parameters(), ht::AdamWOptions{});
   FixedTokens data(B, T, cfg.vocab_size);
   ht::TrainerOptions options;
-  options.max_steps = 2 * reps + 1;
+  options.max_steps = 12;
   ht::Trainer trainer(*objective, *optimizer, data, options);
-  std::vector<at::Tensor> buffers;  // [3 x params]
-  for (int copy = 0; copy < 3; ++copy)
-    for (const auto& p : gpt->parameters()) buffers.push_back(torch::zeros_like(p).mul_(copy == 2 ? 1e-6 : 0.0));
-  const size_t n = gpt->parameters().size();
-  trainer.train_step();  // gradients and Adam state exist from here on
+  ht::HybridOptions h;
+  h.warmup_steps = 1;
+  h.full_steps = 2;
+  h.correct_steps = 1;
+  h.min_predict_steps = 2;
+  h.max_predict_steps = 2;
+  h.verify_every = 1;
+  h.probe_batches = probe_batches;
+  h.enter_confidence = 0.0;
+  h.pay_check = false;
+  trainer.set_strategy(std::make_unique<ht::HybridStrategy>(h));
 
-  std::vector<double> full_ms, predict_ms;
   ht::StepRecord full, predict;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    full = trainer.train_step();
-    full_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-
-    t0 = std::chrono::steady_clock::now();
-    trainer.memory().begin_step();
-    {
-      const auto scope = trainer.memory().phase(ht::MemoryPhase::Predict);
-      torch::NoGradGuard no_grad;
-      const auto& params = trainer.optimizer().parameters();
-      for (size_t i = 0; i < n; ++i) params[i].add_(buffers[2 * n + i]);
-      gpt->eval();
-      objective->loss(data.next_train_batch()).item<double>();
-      gpt->train();
+  int64_t predicted = 0;
+  for (int64_t i = 0; i < options.max_steps && predicted < 2; ++i) {
+    const ht::StepRecord r = trainer.train_step();
+    std::printf("  step %2ld %-8s peak %8.1f MiB  live after %8.1f MiB  %7.0f ms\n", static_cast<long>(r.step),
+                r.phase.c_str(), r.peak_bytes / kMiB, r.tensor_bytes / kMiB, r.ms);
+    if (r.phase == "predict") {
+      predict = r.peak_bytes > predict.peak_bytes ? r : predict;
+      ++predicted;
+    } else if (i > 0 && r.peak_backward_bytes >= 0) {
+      full = r.peak_bytes > full.peak_bytes ? r : full;  // step 1 also allocates grads and moments
     }
-    trainer.memory().end_step(predict);
-    predict_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(full_ms.begin(), full_ms.end());
-  std::sort(predict_ms.begin(), predict_ms.end());
-  const int64_t resident = full.tensor_bytes;
-  std::printf("  resident between steps %8.1f MiB (params+grads+AdamW+3 hybrid buffers)\n", resident / kMiB);
-  std::printf("  full step     peak %8.1f MiB  (forward %.1f, backward %.1f, optimizer %.1f)  %8.0f ms\n",
-              full.peak_bytes / kMiB, full.peak_forward_bytes / kMiB, full.peak_backward_bytes / kMiB,
-              full.peak_optimizer_bytes / kMiB, full_ms[full_ms.size() / 2]);
-  std::printf("  predict step  peak %8.1f MiB  %8.0f ms\n", predict.peak_bytes / kMiB, predict_ms[predict_ms.size() / 2]);
-  std::printf("  predict / full peak: %.3f absolute, %.3f above the resident state\n",
+  if (predicted == 0) {
+    std::printf("  no predict step within %ld steps\n", static_cast<long>(options.max_steps));
+    return;
+  }
+  const ht::MemorySummary m = trainer.memory_summary();
+  const int64_t resident = predict.tensor_bytes;
+  std::printf("  resident: params %.1f, grads %.1f, AdamW %.1f, hybrid %.1f (snapshot, buffers, predictor) MiB\n",
+              m.parameter_bytes / kMiB, m.gradient_bytes / kMiB, m.optimizer_bytes / kMiB, m.strategy_bytes / kMiB);
+  std::printf("  full step    peak %8.1f MiB (forward %.1f, backward %.1f, optimizer %.1f)\n", full.peak_bytes / kMiB,
+              full.peak_forward_bytes / kMiB, full.peak_backward_bytes / kMiB, full.peak_optimizer_bytes / kMiB);
+  std::printf("  predict step peak %8.1f MiB\n", predict.peak_bytes / kMiB);
+  std::printf("  predict / full peak: %.3f absolute, %.3f above the %.1f MiB live between steps\n",
               double(predict.peak_bytes) / full.peak_bytes,
-              double(predict.peak_bytes - resident) / double(full.peak_bytes - resident));
+              double(predict.peak_bytes - resident) / double(full.peak_bytes - resident), resident / kMiB);
 }
 
 }  // namespace
@@ -299,6 +300,7 @@ int main(int argc, char** argv) {
   if (what == "attention" || what == "all") bench_attention(reps);
   if (what == "recompute" || what == "all") bench_recompute(reps);
   if (what == "optimizer" || what == "all") bench_optimizer(reps);
-  if (what == "predict") bench_predict(argc > 4 ? std::atoll(argv[4]) : 4, argc > 5 ? std::atoll(argv[5]) : 1024, reps);
+  if (what == "predict")  // reps stands for the probe's batches here
+    bench_predict(argc > 4 ? std::atoll(argv[4]) : 4, argc > 5 ? std::atoll(argv[5]) : 1024, reps);
   return 0;
 }

@@ -276,7 +276,8 @@ MemorySummary Trainer::memory_summary() const {
   const int64_t known = s.parameter_bytes + s.gradient_bytes + s.optimizer_bytes + s.strategy_bytes;
   s.other_bytes = std::max<int64_t>(0, resident - known);
   s.activation_bytes = std::max<int64_t>(0, s.peak_bytes - resident);
-  for (int p = 0; p < kMemoryPhases; ++p) s.phase_peak_bytes[p] = memory_.run_phase_peak_bytes(static_cast<MemoryPhase>(p));
+  for (int p = 0; p < kMemoryPhases; ++p)
+    s.phase_peak_bytes[p] = memory_.run_phase_peak_bytes(static_cast<MemoryPhase>(p));
   s.budget_bytes = memory_budget();
   s.steps = memory_.steps();
   return s;

@@ -87,7 +87,8 @@ class TokenData : public ht::DataSource {
 
 TEST(HybridMemory, NoGrowthOver5000StepsWithPredictPhasesAndRollbacks) {
   toy::MlpRun run(5000, 3e-3, 0, 32);
-  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(busy_options(), std::make_unique<AlternatingPredictor>()));
+  run.trainer->set_strategy(
+      std::make_unique<ht::HybridStrategy>(busy_options(), std::make_unique<AlternatingPredictor>()));
   int64_t lo = INT64_MAX, hi = 0, predicted = 0, rollbacks = 0;
   for (int64_t i = 0; i < 5000; ++i) {
     const ht::StepRecord r = run.trainer->train_step();
@@ -118,7 +119,8 @@ TEST(HybridMemory, NoGrowthOver5000StepsWithPredictPhasesAndRollbacks) {
 
 TEST(HybridMemory, PhaseChangesReportMemory) {
   toy::MlpRun run(60, 3e-3, 0, 32);
-  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(busy_options(), std::make_unique<AlternatingPredictor>()));
+  run.trainer->set_strategy(
+      std::make_unique<ht::HybridStrategy>(busy_options(), std::make_unique<AlternatingPredictor>()));
   for (int i = 0; i < 60; ++i) run.trainer->train_step();
   int64_t with_memory = 0;
   for (const auto& m : run.logger.messages)
