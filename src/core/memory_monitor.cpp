@@ -35,7 +35,7 @@ MemoryCounters read_counters(int device) {
 }
 
 // printf into a std::string (the core does not link fmt).
-std::string format(const char* f, ...) {
+__attribute__((format(printf, 1, 2))) std::string format(const char* f, ...) {
   char buf[256];
   va_list args;
   va_start(args, f);
