@@ -1,6 +1,8 @@
-// Measures the memory levers on their own (ht_core + LibTorch only): flash vs naive attention,
-// activation recompute levels on a GPT-2-small-shaped layer stack, and 8-bit vs fp32 AdamW.
+// Measures the memory levers on their own: flash vs naive attention, activation recompute levels
+// on a GPT-2-small-shaped layer stack, 8-bit vs fp32 AdamW, and a hybrid predict step's peak
+// against a full step's on GPT-2 small (`predict`, not part of `all`: minutes and ~10 GiB).
 //   memory_bench [attention|recompute|optimizer|all] [threads] [reps]
+//   memory_bench predict [threads] [probe_batches] [B] [T]
 // Times are medians of `reps` interleaved runs; memory is the tracking allocator's peak of tensor
 // bytes above what was live before the measured call.
 #include <algorithm>
@@ -17,9 +19,13 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/optimizer.h"
 #include "hybrid/core/runtime.h"
+#include "hybrid/core/trainer.h"
+#include "hybrid/hybrid/strategy.h"
 #include "hybrid/memory/adamw8bit.h"
 #include "hybrid/memory/attention.h"
 #include "hybrid/memory/recompute.h"
+#include "hybrid/models/gpt.h"
+#include "hybrid/models/gpt_objective.h"
 
 namespace {
 
@@ -208,6 +214,80 @@ void bench_optimizer(int reps) {
                 double(opts[i]->state_bytes()) / n);
 }
 
+// One fixed batch of random tokens: the step's memory does not depend on the text.
+class FixedTokens : public ht::DataSource {
+ public:
+  FixedTokens(int64_t B, int64_t T, int64_t vocab) {
+    const at::Tensor seq = torch::randint(vocab, {B, T + 1});  // [B, T+1]
+    batch_ = {seq.narrow(1, 0, T).contiguous(), seq.narrow(1, 1, T).contiguous()};
+  }
+  ht::Batch next_train_batch() override { return batch_; }
+  ht::DataCursor cursor() const override { return {}; }
+  void restore(const ht::DataCursor&) override {}
+  int64_t num_val_batches() const override { return 1; }
+  ht::Batch val_batch(int64_t) const override { return batch_; }
+  int64_t items_per_batch() const override { return batch_.input.numel(); }
+
+ private:
+  ht::Batch batch_;
+};
+
+// GPT-2 small with AdamW under the real hybrid engine (mean predictor), phases shortened so a
+// predict phase comes after three full steps. Peaks are the trainer's per-step records: absolute
+// tensor bytes, resident state included.
+void bench_predict(int64_t B, int64_t T, int64_t probe_batches) {
+  std::printf("\n# GPT-2 small, B %ld, T %ld, probe of %ld batch(es): full step vs hybrid predict step\n",
+              static_cast<long>(B), static_cast<long>(T), static_cast<long>(probe_batches));
+  torch::manual_seed(0);
+  ht::GPTConfig cfg = ht::gpt_preset("gpt2");
+  auto gpt = std::make_shared<ht::GPT>(cfg);
+  auto objective = ht::make_gpt_objective(gpt);
+  auto optimizer = ht::make_adamw(gpt->parameters(), ht::AdamWOptions{});
+  FixedTokens data(B, T, cfg.vocab_size);
+  ht::TrainerOptions options;
+  options.max_steps = 12;
+  ht::Trainer trainer(*objective, *optimizer, data, options);
+  ht::HybridOptions h;
+  h.warmup_steps = 1;
+  h.full_steps = 2;
+  h.correct_steps = 1;
+  h.min_predict_steps = 2;
+  h.max_predict_steps = 2;
+  h.verify_every = 1;
+  h.probe_batches = probe_batches;
+  h.enter_confidence = 0.0;
+  h.pay_check = false;
+  trainer.set_strategy(std::make_unique<ht::HybridStrategy>(h));
+
+  ht::StepRecord full, predict;
+  int64_t predicted = 0;
+  for (int64_t i = 0; i < options.max_steps && predicted < 2; ++i) {
+    const ht::StepRecord r = trainer.train_step();
+    std::printf("  step %2ld %-8s peak %8.1f MiB  live after %8.1f MiB  %7.0f ms\n", static_cast<long>(r.step),
+                r.phase.c_str(), r.peak_bytes / kMiB, r.tensor_bytes / kMiB, r.ms);
+    if (r.phase == "predict") {
+      predict = r.peak_bytes > predict.peak_bytes ? r : predict;
+      ++predicted;
+    } else if (i > 0 && r.peak_backward_bytes >= 0) {
+      full = r.peak_bytes > full.peak_bytes ? r : full;  // step 1 also allocates grads and moments
+    }
+  }
+  if (predicted == 0) {
+    std::printf("  no predict step within %ld steps\n", static_cast<long>(options.max_steps));
+    return;
+  }
+  const ht::MemorySummary m = trainer.memory_summary();
+  const int64_t resident = predict.tensor_bytes;
+  std::printf("  resident: params %.1f, grads %.1f, AdamW %.1f, hybrid %.1f (snapshot, buffers, predictor) MiB\n",
+              m.parameter_bytes / kMiB, m.gradient_bytes / kMiB, m.optimizer_bytes / kMiB, m.strategy_bytes / kMiB);
+  std::printf("  full step    peak %8.1f MiB (forward %.1f, backward %.1f, optimizer %.1f)\n", full.peak_bytes / kMiB,
+              full.peak_forward_bytes / kMiB, full.peak_backward_bytes / kMiB, full.peak_optimizer_bytes / kMiB);
+  std::printf("  predict step peak %8.1f MiB\n", predict.peak_bytes / kMiB);
+  std::printf("  predict / full peak: %.3f absolute, %.3f above the %.1f MiB live between steps\n",
+              double(predict.peak_bytes) / full.peak_bytes,
+              double(predict.peak_bytes - resident) / double(full.peak_bytes - resident), resident / kMiB);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,5 +300,7 @@ int main(int argc, char** argv) {
   if (what == "attention" || what == "all") bench_attention(reps);
   if (what == "recompute" || what == "all") bench_recompute(reps);
   if (what == "optimizer" || what == "all") bench_optimizer(reps);
+  if (what == "predict")  // reps stands for the probe's batches here
+    bench_predict(argc > 4 ? std::atoll(argv[4]) : 4, argc > 5 ? std::atoll(argv[5]) : 1024, reps);
   return 0;
 }

@@ -108,13 +108,13 @@ int run_train(const std::vector<std::string>& args) {
   const int64_t first_step = trainer.step();
   const EvalRecord final_eval = trainer.fit();
   g_running_trainer = nullptr;
+  logger.on_message(Level::Info, trainer.memory_summary().to_string());  // terminal and metrics.jsonl
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const AllocatorStats mem = allocator_stats();
-  std::printf("\ntrained steps %lld-%lld in %.1f s (%.1f steps/s); tensor memory %s now, peak %s\n",
+  std::printf("\ntrained steps %lld-%lld in %.1f s (%.1f steps/s); tensor memory %s now\n",
               static_cast<long long>(first_step), static_cast<long long>(trainer.step()), seconds,
-              (trainer.step() - first_step) / std::max(seconds, 1e-9), mib(mem.current_bytes).c_str(),
-              mib(mem.peak_bytes).c_str());
+              (trainer.step() - first_step) / std::max(seconds, 1e-9), mib(mem.current_bytes).c_str());
   std::printf("validation loss %.4f", final_eval.val_loss);
   if (std::isfinite(final_eval.accuracy)) std::printf(", accuracy %.2f %%", 100.0 * final_eval.accuracy);
   if (s.gpt && s.byte_level) std::printf(" (%.3f bits per byte)", final_eval.val_loss / std::log(2.0));

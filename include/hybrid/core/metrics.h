@@ -21,6 +21,12 @@ struct StepRecord {
   double items_per_sec = 0.0; // tokens or samples per second
   int64_t tensor_bytes = 0;   // allocator current bytes at the end of the step
   int64_t peak_bytes = 0;     // allocator peak bytes during the step
+  int64_t cached_bytes = 0;   // freed blocks the allocator holds at the end (reserved = tensor + cached)
+  // Peak tensor bytes within each part of the step (memory_monitor.h); -1: the part did not run.
+  int64_t peak_forward_bytes = -1;
+  int64_t peak_backward_bytes = -1;
+  int64_t peak_optimizer_bytes = -1;
+  int64_t peak_predict_bytes = -1;
   std::map<std::string, double> extra;  // strategy-specific figures (predicted loss, confidence...)
 };
 

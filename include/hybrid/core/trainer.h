@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hybrid/core/data.h"
+#include "hybrid/core/memory_monitor.h"
 #include "hybrid/core/metrics.h"
 #include "hybrid/core/objective.h"
 #include "hybrid/core/optimizer.h"
@@ -29,8 +30,14 @@ struct CheckpointOptions {
 // cache; turn on activation recompute (the model knows how: the app supplies the hook); split each
 // batch into more micro-batches (same effective batch); finally write an emergency checkpoint and
 // throw OutOfMemoryExit. The failed step is retried from the same batch, never skipped.
+// With a budget, a step whose peak crosses warn_fraction of it gets a warning (once per crossing);
+// crossing critical_fraction takes the first rungs before any allocation fails: release the cache,
+// and if a later step is still above critical, turn on recompute. 0 < warn <= critical <= 1.
 struct MemoryPressureOptions {
   bool enabled = true;
+  int64_t budget_bytes = 0;        // 0: the allocator's budget (set_memory_budget), if any
+  double warn_fraction = 0.85;
+  double critical_fraction = 0.95;
   std::function<bool()> enable_recompute;  // returns false when there is nothing more to turn on
   int64_t max_micro_splits = 64;
   std::string emergency_checkpoint_path;   // default: <checkpoint.dir>/emergency.ht or ./emergency.ht
@@ -80,6 +87,7 @@ class StepStrategy {
   virtual void save(torch::serialize::OutputArchive& archive) const = 0;
   virtual void load(torch::serialize::InputArchive& archive) = 0;
   virtual void on_finish(Trainer& /*trainer*/) {}
+  virtual int64_t state_bytes() const { return 0; }  // tensors the strategy keeps between steps
 };
 
 // What a checkpoint holds, read without building the model (for `hybrid-train info`).
@@ -138,6 +146,10 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
   TrainerOptions& mutable_options() { return options_; }
   Logger& logger() { return *logger_; }
+  // Per-phase peaks of the current step (strategies mark their own phases) and of the run.
+  MemoryMonitor& memory() { return memory_; }
+  MemorySummary memory_summary() const;
+  int64_t memory_budget() const;  // options' budget, else the allocator's; 0 = none
 
  private:
   Objective& objective_;
@@ -152,9 +164,16 @@ class Trainer {
   std::chrono::steady_clock::time_point last_checkpoint_time_;
   int64_t last_checkpoint_step_ = 0;
   bool recompute_tried_ = false;  // the ladder's second rung is taken once per run
+  MemoryMonitor memory_;
+  // Budget watch: 0 normal, 1 above warn, 2 above critical (cache released), 3 recompute tried.
+  int memory_level_ = 0;
+  int64_t steps_below_warn_ = 0;  // consecutive; the level re-arms after enough of them
 
   FullStepResult full_step_once();
+  StepRecord plain_step();
   void respond_to_memory_pressure(const std::string& what, int attempt);
+  void watch_memory_budget(const StepRecord& rec);
+  bool try_enable_recompute();
 };
 
 }  // namespace ht

@@ -53,6 +53,7 @@ class HybridStrategy : public StepStrategy {
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
   void on_finish(Trainer& trainer) override;
+  int64_t state_bytes() const override;  // snapshot + buffers + predictor
 
   const HybridSummary& summary() const { return summary_; }
   const PhaseController& controller() const { return ctl_; }
@@ -63,7 +64,8 @@ class HybridStrategy : public StepStrategy {
   void ensure_buffers(Trainer& trainer);
   FullStepResult real_step(Trainer& trainer, bool record, StepRecord& rec);
   void end_stretch(Trainer& trainer, StepRecord& rec);
-  void predicted_step(Trainer& trainer, StepRecord& rec);
+  bool predicted_step(Trainer& trainer, StepRecord& rec);  // true: rolled back
+  void correct_after_rollback(Trainer& trainer, StepRecord& rec);
   void enter_predict(Trainer& trainer);
   void finish_predict_phase(Trainer& trainer, double final_probe_loss);
   std::string check_prediction(double actual, double predicted);
@@ -148,6 +150,7 @@ class LookaheadStrategy : public StepStrategy {
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
   int64_t slow_bytes() const;
+  int64_t state_bytes() const override { return slow_bytes(); }
 
  private:
   int64_t k_;
