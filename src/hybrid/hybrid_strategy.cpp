@@ -267,6 +267,10 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
     decision_loss_ = probe_loss(trainer, probe_);
   }
   ++phases_on_probe_;
+  // Predicted steps never read gradients: hand their memory back to the allocator's cache for the
+  // phase (the next backward re-creates them from it). On GPT-2 small this is 475 MiB of the
+  // predict step's peak.
+  for (const auto& p : trainer.optimizer().parameters()) p.mutable_grad() = at::Tensor();
   have_decision_loss_ = false;
   entry_loss_ = decision_loss_;
   snapshot_.capture(state_);
