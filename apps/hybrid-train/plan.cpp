@@ -28,7 +28,10 @@ TrainMode train_mode(const std::string& mode) {
   return TrainMode::Plain;
 }
 
-std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", bytes / 1073741824.0); }
+std::string gib(int64_t bytes) {
+  if (bytes < (int64_t{1} << 30)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+}
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
 std::string describe(const MemoryLevers& l) {

@@ -302,35 +302,45 @@ int64_t max_gpt_batch(const GPTConfig& model, TrainShape shape, const MemoryLeve
   return lo;
 }
 
+namespace {
+
+// The config overrides that turn `from` into `to` (keys of apps/hybrid-train/config_schema.cpp).
+std::vector<std::string> lever_overrides(const MemoryLevers& from, const MemoryLevers& to) {
+  std::vector<std::string> out;
+  if (to.attention != from.attention) out.push_back("model.attention=" + to_string(to.attention));
+  if (to.recompute != from.recompute) out.push_back("memory.recompute=" + to_string(to.recompute));
+  if (to.recompute == RecomputeLevel::Full && to.recompute_every != from.recompute_every)
+    out.push_back("memory.recompute_every=" + std::to_string(to.recompute_every));
+  if (to.optimizer != from.optimizer) out.push_back("optim.name=" + to_string(to.optimizer));
+  return out;
+}
+
+}  // namespace
+
 Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
                              const MemoryLevers& current, int64_t budget_bytes) {
-  // Each step adds one lever to the previous settings, cheapest in step time first.
-  std::vector<std::pair<std::string, MemoryLevers>> ladder;
+  // Each rung adds one lever to the previous ones, cheapest in step time first.
+  std::vector<MemoryLevers> ladder = {current};
   MemoryLevers l = current;
-  ladder.push_back({"", l});
   if (l.attention != AttentionKind::Flash) {
-    l.attention = AttentionKind::Flash;  // faster and no [T, T] probabilities
-    ladder.push_back({"model.attention=flash", l});
-  }
-  if (l.recompute == RecomputeLevel::None) {
-    l.recompute = RecomputeLevel::Selective;
-    ladder.push_back({"memory.recompute=selective", l});
+    // No [T, T] probabilities: it drops what selective recompute drops for naive attention (and
+    // recomputes its tiles in backward anyway), so selective is not a rung of its own.
+    l.attention = AttentionKind::Flash;
+    ladder.push_back(l);
   }
   if (l.optimizer == OptimizerKind::AdamW) {
     l.optimizer = OptimizerKind::AdamW8bit;  // ~1.6x optimizer time, 6 B/param less
-    ladder.push_back({"optim.name=adamw8bit", l});
+    ladder.push_back(l);
   }
-  for (int64_t every : {4, 2, 1}) {  // ~1/every more forward work
+  for (int64_t every : {4, 2, 1}) {  // one more forward of 1/every of the blocks
     if (l.recompute == RecomputeLevel::Full && l.recompute_every <= every) continue;
     l.recompute = RecomputeLevel::Full;
     l.recompute_every = every;
-    ladder.push_back({"memory.recompute=full memory.recompute_every=" + std::to_string(every), l});
+    ladder.push_back(l);
   }
 
   Recommendation r;
-  std::vector<std::string> changes;
   for (size_t i = 0; i < ladder.size(); ++i) {
-    if (!ladder[i].first.empty()) changes.push_back(ladder[i].first);
     // Smaller batches cost throughput: only once every other lever is on.
     const bool last_rung = i + 1 == ladder.size();
     for (int64_t k = 1; k <= shape.batch; ++k) {
@@ -338,10 +348,10 @@ Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
       TrainShape s = shape;
       s.batch = shape.batch / k;
       s.grad_accum = shape.grad_accum * k;
-      r.levers = ladder[i].second;
+      r.levers = ladder[i];
       r.shape = s;
       r.estimate = estimate_gpt_memory(model, s, r.levers);
-      r.changes = changes;
+      r.changes = lever_overrides(current, r.levers);
       if (k > 1) {
         r.changes.push_back("data.batch_size=" + std::to_string(s.batch));
         r.changes.push_back("optim.grad_accum=" + std::to_string(s.grad_accum));

@@ -71,8 +71,9 @@ struct Recommendation {
   std::vector<std::string> changes;  // config overrides, e.g. "memory.recompute=full"
 };
 
-// Tries the levers in order of their cost in step time - flash attention, selective recompute,
-// 8-bit AdamW, full recompute every 4/2/1 blocks, then smaller batches with more accumulation
+// Tries the levers in order of their cost in step time - flash attention (which supersedes
+// selective recompute), 8-bit AdamW (a slower optimizer step, a small share of a step), full
+// recompute every 4/2/1 blocks (up to one more forward), then smaller batches with more accumulation
 // (batch / k, grad_accum * k for divisors k of the batch: same effective batch) - and returns the
 // first combination whose estimated peak is <= budget.
 // Levers already on in `current` stay on. When nothing fits, fits = false and the estimate is that
