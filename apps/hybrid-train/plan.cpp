@@ -120,11 +120,11 @@ int run_plan(const std::vector<std::string>& args, const std::string& budget_tex
   const MemoryEstimate e = estimate_memory(in);
 
   if (in.kind == "gpt") {
-    std::printf("model: gpt, %ld layers, %ld heads, d %ld, vocab %ld; batch %ld x %ld tokens, %ld threads\n",
-                in.gpt.n_layer, in.gpt.n_head, in.gpt.n_embd, in.gpt.vocab_size, in.shape.batch,
-                in.shape.context, in.shape.threads);
+    fmt::print("model: gpt, {} layers, {} heads, d {}, vocab {}; batch {} x {} tokens, {} threads\n",
+               in.gpt.n_layer, in.gpt.n_head, in.gpt.n_embd, in.gpt.vocab_size, in.shape.batch,
+               in.shape.context, in.shape.threads);
   } else {
-    std::printf("model: %s; batch %ld images\n", in.kind.c_str(), in.shape.batch);
+    fmt::print("model: {}; batch {} images\n", in.kind, in.shape.batch);
   }
   std::printf("levers: %s\n", describe(in.levers).c_str());
   std::printf("estimated tensor memory of a training step (as the tracking allocator counts it):\n");
@@ -146,6 +146,8 @@ int run_plan(const std::vector<std::string>& args, const std::string& budget_tex
       } else {
         std::printf("nothing fits: even with%s the peak is %s\n", overrides.c_str(), gib(r.estimate.peak).c_str());
       }
+    } else if (!fits) {
+      std::printf("the memory levers are GPT's; lower data.batch_size (raise optim.grad_accum to keep the effective batch)\n");
     }
   }
   if (in.kind == "gpt") print_gpt2_table(in.shape.threads);

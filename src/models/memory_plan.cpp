@@ -120,7 +120,10 @@ int64_t backward_bytes(const BlockTensors& t, LayerKind kind, AttentionKind atte
     core = t.tok3 + 2 * threads * t.tile;  // d qkv, per-thread dp and ds tiles
     if (kind == LayerKind::SelectiveAttention) core += t.probs + t.tok1;  // re-run: probs and y
   }
-  const int64_t attn = held - mlp_half_bytes(t) + t.tok1 + core;
+  int64_t attn = held - mlp_half_bytes(t) + t.tok1 + core;
+  // In a recomputed block the gradient at its output is also held by the outer backward, so the
+  // residual sum d(out) + d(MLP half) cannot reuse it in place: one more [N, C].
+  if (kind == LayerKind::Recomputed) attn += t.tok1;
   return std::max(mlp, attn);
 }
 
@@ -170,16 +173,16 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
 
   // Which blocks keep what (session.cpp): Full recomputes blocks 0, n, 2n, ... whole and leaves
   // the others plain; Selective wraps naive attention in recompute (flash needs nothing more).
-  std::vector<LayerKind> kinds(static_cast<size_t>(g.n_layer), LayerKind::Plain);
-  for (int64_t l = 0; l < g.n_layer; ++l) {
-    if (levers.recompute == RecomputeLevel::Full && l % levers.recompute_every == 0)
-      kinds[l] = LayerKind::Recomputed;
-    else if (levers.recompute == RecomputeLevel::Selective && levers.attention == AttentionKind::Naive)
-      kinds[l] = LayerKind::SelectiveAttention;
-  }
+  auto kind_of = [&levers](int64_t layer) {
+    if (levers.recompute == RecomputeLevel::Full && layer % levers.recompute_every == 0)
+      return LayerKind::Recomputed;
+    if (levers.recompute == RecomputeLevel::Selective && levers.attention == AttentionKind::Naive)
+      return LayerKind::SelectiveAttention;
+    return LayerKind::Plain;
+  };
   std::vector<int64_t> below(static_cast<size_t>(g.n_layer) + 1, 0);  // saved by blocks < l
   for (int64_t l = 0; l < g.n_layer; ++l)
-    below[l + 1] = below[l] + saved_bytes(t, kinds[l], levers.attention);
+    below[l + 1] = below[l] + saved_bytes(t, kind_of(l), levers.attention);
 
   const int64_t batch = 2 * blk(shape.batch * T * kI64);  // input and target token ids
   const int64_t dwte = blk(V * C * kF32);  // LM-head weight gradient, made in forward (fused loss)
@@ -199,19 +202,19 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   // whole block's activations). dwte waits in the autograd buffer until the embedding's
   // gradient joins it at the very end; d(output) is in flight.
   auto consider_backward = [&](int64_t l) {
-    const int64_t own = backward_bytes(t, kinds[l], levers.attention, shape.threads);
+    const int64_t own = backward_bytes(t, kind_of(l), levers.attention, shape.threads);
     const int64_t p = resident + batch + below[l] + own + t.tok1 + dwte;
     if (p > e.peak) {
       e.peak = p;
-      e.activations = batch + below[l] + saved_bytes(t, kinds[l], levers.attention);
+      e.activations = batch + below[l] + saved_bytes(t, kind_of(l), levers.attention);
       e.transient = p - resident - e.activations;
       e.peak_at = "backward of block " + std::to_string(l) +
-                  (kinds[l] == LayerKind::Recomputed ? " (recomputed)" : "");
+                  (kind_of(l) == LayerKind::Recomputed ? " (recomputed)" : "");
     }
   };
   consider_backward(g.n_layer - 1);
   for (int64_t l = g.n_layer - 1; l >= 0; --l) {
-    if (kinds[l] == LayerKind::Recomputed) {
+    if (kind_of(l) == LayerKind::Recomputed) {
       consider_backward(l);
       break;
     }
