@@ -144,7 +144,8 @@ int run_plan(const std::vector<std::string>& args, const std::string& budget_tex
         std::printf("recommended:%s\n  -> peak %s (%s)\n", overrides.c_str(), gib(r.estimate.peak).c_str(),
                     describe(r.levers).c_str());
       } else {
-        std::printf("nothing fits: even with%s the peak is %s\n", overrides.c_str(), gib(r.estimate.peak).c_str());
+        std::printf("nothing fits: even with%s the peak is %s\n",
+                    overrides.empty() ? " every lever on" : overrides.c_str(), gib(r.estimate.peak).c_str());
       }
     } else if (!fits) {
       std::printf("the memory levers are GPT's; lower data.batch_size (raise optim.grad_accum to keep the effective batch)\n");
