@@ -33,17 +33,6 @@ void on_signal(int) {
   if (Trainer* t = g_running_trainer.load()) t->request_stop();
 }
 
-Config load_config(const std::vector<std::string>& args) {
-  Config c;
-  size_t first_override = 0;
-  if (!args.empty() && args[0].find('=') == std::string::npos) {
-    c = Config::from_file(args[0]);
-    first_override = 1;
-  }
-  for (size_t i = first_override; i < args.size(); ++i) c.set_override(args[i]);
-  return c;
-}
-
 Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides) {
   const CheckpointSummary summary = inspect_checkpoint(path);
   Config c = Config::from_string(summary.config_text, path + " (stored config)");

@@ -14,6 +14,7 @@ enum ExitCode : int {
   kDataUnavailable = 3,  // a data set or file that cannot be read
   kBadCheckpoint = 4,    // missing, truncated or incompatible checkpoint
   kOutOfMemory = 5,      // memory ladder exhausted; an emergency checkpoint was written
+  kPlanDoesNotFit = 6,   // plan: the config's estimated peak exceeds the budget
   kInterrupted = 130,    // SIGINT/SIGTERM: stopped cleanly after saving a checkpoint
 };
 
@@ -30,6 +31,8 @@ int run_train(const std::vector<std::string>& config_and_overrides);
 int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides);
 int run_sample(const std::string& checkpoint, const SampleOptions& options);
 int run_info(const std::string& checkpoint);
+// budget: a size ("8GiB", bytes, fraction of RAM); empty = memory.budget from the config.
+int run_plan(const std::vector<std::string>& config_and_overrides, const std::string& budget);
 int run_config(const std::vector<std::string>& config_and_overrides, bool list_keys);
 
 }  // namespace ht::cli

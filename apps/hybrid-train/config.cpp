@@ -217,4 +217,15 @@ std::string Config::to_toml() const {
   return out;
 }
 
+Config load_config(const std::vector<std::string>& args) {
+  Config c;
+  size_t first_override = 0;
+  if (!args.empty() && args[0].find('=') == std::string::npos) {
+    c = Config::from_file(args[0]);
+    first_override = 1;
+  }
+  for (size_t i = first_override; i < args.size(); ++i) c.set_override(args[i]);
+  return c;
+}
+
 }  // namespace ht::cli

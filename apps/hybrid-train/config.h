@@ -53,6 +53,9 @@ class Config {
   std::map<std::string, std::string> values_;
 };
 
+// An optional .toml path first, then key=value overrides (the train/config/plan arguments).
+Config load_config(const std::vector<std::string>& config_and_overrides);
+
 int64_t parse_size(const std::string& text);  // exposed for tests; fraction of RAM if < 1
 
 }  // namespace ht::cli

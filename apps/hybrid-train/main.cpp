@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
   config->add_option("args", config_args, "a config file, then overrides");
   config->add_flag("--keys", list_keys, "list every key with its default and allowed values");
 
+  std::vector<std::string> plan_args;
+  std::string plan_budget;
+  auto* plan = app.add_subcommand("plan", "estimate peak memory and the settings that fit a budget");
+  plan->add_option("args", plan_args, "a config file, then overrides");
+  plan->add_option("--budget", plan_budget, "memory to fit: bytes, 8GiB, or a fraction of RAM (default memory.budget)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -62,6 +68,7 @@ int main(int argc, char** argv) {
     if (*sample) return run_sample(sample_ckpt, sample_opts);
     if (*info) return run_info(info_ckpt);
     if (*config) return run_config(config_args, list_keys);
+    if (*plan) return run_plan(plan_args, plan_budget);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "config error: %s\n", e.what());
     return kBadUsage;

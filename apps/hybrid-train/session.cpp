@@ -65,23 +65,6 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   }
 }
 
-GPTConfig gpt_config(const Config& c) {
-  GPTConfig g = gpt_preset(c.get_string("model.preset"));
-  auto override_if_set = [&](const char* key, int64_t& field) {
-    const int64_t v = c.get_int(key);
-    if (v < 0) throw ConfigError(std::string(key) + " must be >= 0 (0 keeps the preset's value)");
-    if (v > 0) field = v;
-  };
-  override_if_set("model.n_layer", g.n_layer);
-  override_if_set("model.n_head", g.n_head);
-  override_if_set("model.n_embd", g.n_embd);
-  override_if_set("model.block_size", g.block_size);
-  override_if_set("model.vocab_size", g.vocab_size);
-  if (g.n_embd % g.n_head != 0)
-    throw ConfigError(fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", g.n_embd, g.n_head));
-  return g;
-}
-
 std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tensor> params) {
   const std::string name = c.get_string("optim.name");
   if (name == "sgd") {
@@ -113,6 +96,23 @@ AttentionCore flash_attention_core() {
 }
 
 }  // namespace
+
+GPTConfig gpt_config(const Config& c) {
+  GPTConfig g = gpt_preset(c.get_string("model.preset"));
+  auto override_if_set = [&](const char* key, int64_t& field) {
+    const int64_t v = c.get_int(key);
+    if (v < 0) throw ConfigError(std::string(key) + " must be >= 0 (0 keeps the preset's value)");
+    if (v > 0) field = v;
+  };
+  override_if_set("model.n_layer", g.n_layer);
+  override_if_set("model.n_head", g.n_head);
+  override_if_set("model.n_embd", g.n_embd);
+  override_if_set("model.block_size", g.block_size);
+  override_if_set("model.vocab_size", g.vocab_size);
+  if (g.n_embd % g.n_head != 0)
+    throw ConfigError(fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", g.n_embd, g.n_head));
+  return g;
+}
 
 bool enable_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
   if (!s.gpt) return false;

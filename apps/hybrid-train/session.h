@@ -11,6 +11,7 @@
 
 namespace ht {
 class GPT;
+struct GPTConfig;
 }
 
 namespace ht::cli {
@@ -34,6 +35,8 @@ struct Session {
 };
 
 Session build_session(const Config& config, bool with_data);
+// model.preset with the model.* overrides applied (validated).
+GPTConfig gpt_config(const Config& config);
 // Turns on activation recompute for the session's GPT at `level` ("selective" | "full"); returns
 // false when there is no GPT. Used at start-up (memory.recompute) and by the memory-pressure ladder.
 bool enable_recompute(Session& session, const std::string& level, int64_t every_n_layers);

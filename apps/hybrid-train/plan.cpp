@@ -1,0 +1,158 @@
+// `hybrid-train plan CONFIG [--budget SIZE]`: the planner's estimate for a config, the cheapest
+// levers that fit a budget (as config overrides), and what fits GPT-2 on common memory sizes.
+#include "plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "hybrid/hybrid/options.h"
+#include "session.h"
+
+namespace ht::cli {
+namespace {
+
+OptimizerKind optimizer_kind(const Config& c) {
+  const std::string name = c.get_string("optim.name");
+  if (name == "adamw8bit") return OptimizerKind::AdamW8bit;
+  if (name == "sgd") return c.get_float("optim.momentum") > 0 ? OptimizerKind::SgdMomentum : OptimizerKind::Sgd;
+  return OptimizerKind::AdamW;
+}
+
+TrainMode train_mode(const std::string& mode) {
+  if (mode == "hybrid") return TrainMode::Hybrid;
+  if (mode == "lookahead") return TrainMode::Lookahead;
+  return TrainMode::Plain;
+}
+
+std::string gib(int64_t bytes) {
+  if (bytes < (int64_t{1} << 30)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+}
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+std::string describe(const MemoryLevers& l) {
+  std::string s = fmt::format("attention {}, recompute {}", to_string(l.attention), to_string(l.recompute));
+  if (l.recompute == RecomputeLevel::Full) s += fmt::format(" every {}", l.recompute_every);
+  return s + fmt::format(", optimizer {}, mode {}", to_string(l.optimizer), to_string(l.mode));
+}
+
+void print_breakdown(const MemoryEstimate& e) {
+  std::printf("  parameters         %12s\n", mib(e.params).c_str());
+  std::printf("  gradients          %12s\n", mib(e.grads).c_str());
+  std::printf("  optimizer state    %12s\n", mib(e.optimizer_state).c_str());
+  if (e.mode_state > 0) std::printf("  mode state         %12s  (snapshot, buffers, predictor)\n", mib(e.mode_state).c_str());
+  std::printf("  activations        %12s  (saved for backward, and the batch)\n", mib(e.activations).c_str());
+  std::printf("  transient          %12s  (gradients and workspace in flight)\n", mib(e.transient).c_str());
+  std::printf("  peak               %12s  at %s\n", mib(e.peak).c_str(), e.peak_at.c_str());
+  std::printf("  forward, no grad   %12s  (evaluation, predicted steps)\n", mib(e.predict_peak).c_str());
+}
+
+// Max batch at T = 1024 for the GPT-2 sizes on 8/16/24/80 GiB: plain settings and all levers.
+void print_gpt2_table(int64_t threads) {
+  const std::vector<std::pair<const char*, const char*>> models = {
+      {"gpt2", "124M"}, {"gpt2-medium", "355M"}, {"gpt2-large", "774M"}, {"gpt2-xl", "1.5B"}};
+  const std::vector<int64_t> budgets = {8, 16, 24, 80};
+  MemoryLevers plain;
+  MemoryLevers all;
+  all.attention = AttentionKind::Flash;
+  all.recompute = RecomputeLevel::Full;
+  all.optimizer = OptimizerKind::AdamW8bit;
+  std::printf("\nlargest batch at context 1024 (plain: naive attention, no recompute, AdamW / all levers:\n"
+              "flash attention, full recompute, 8-bit AdamW); 0 = not even batch 1\n");
+  std::printf("  %-12s %6s", "model", "params");
+  for (int64_t gb : budgets) std::printf(" %13s", fmt::format("{} GiB", gb).c_str());
+  std::printf("\n");
+  for (const auto& [preset, label] : models) {
+    const GPTConfig g = gpt_preset(preset);
+    TrainShape s;
+    s.context = 1024;
+    s.threads = threads;
+    std::printf("  %-12s %6s", preset, label);
+    for (int64_t gb : budgets) {
+      const int64_t budget = gb << 30;
+      const std::string cell = fmt::format("{} / {}", max_gpt_batch(g, s, plain, budget), max_gpt_batch(g, s, all, budget));
+      std::printf(" %13s", cell.c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+PlanInputs plan_inputs(const Config& c) {
+  PlanInputs in;
+  in.kind = c.get_string("model.kind");
+  in.shape.batch = c.get_int("data.batch_size");
+  in.shape.grad_accum = c.get_int("optim.grad_accum");
+  const int64_t threads = c.get_int("run.threads");
+  in.shape.threads = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  if (in.shape.batch < 1) throw ConfigError("data.batch_size must be >= 1");
+  in.levers.optimizer = optimizer_kind(c);
+  in.levers.recompute = parse_recompute_level(c.get_string("memory.recompute"));
+  in.levers.recompute_every = c.get_int("memory.recompute_every");
+  in.levers.attention = c.get_string("model.attention") == "flash" ? AttentionKind::Flash : AttentionKind::Naive;
+  in.levers.mode = train_mode(c.get_string("run.mode"));
+  in.levers.predictor = c.get_string("hybrid.predictor");
+  in.levers.dmd_history = HybridOptions{}.dmd_history;
+  if (in.levers.recompute_every < 1) throw ConfigError("memory.recompute_every must be >= 1");
+  if (in.kind == "gpt") {
+    in.gpt = gpt_config(c);
+    in.shape.context = c.get_int("data.context");
+    if (in.shape.context < 1 || in.shape.context > in.gpt.block_size)
+      throw ConfigError(fmt::format("data.context ({}) must lie in [1, block_size = {}]", in.shape.context, in.gpt.block_size));
+  }
+  return in;
+}
+
+MemoryEstimate estimate_memory(const PlanInputs& in) {
+  if (in.kind == "gpt") return estimate_gpt_memory(in.gpt, in.shape, in.levers);
+  return estimate_classifier_memory(in.kind, in.shape, in.levers);
+}
+
+int run_plan(const std::vector<std::string>& args, const std::string& budget_text) {
+  const Config c = load_config(args);
+  const PlanInputs in = plan_inputs(c);
+  const int64_t budget = budget_text.empty() ? c.get_bytes("memory.budget") : parse_size(budget_text);
+  const MemoryEstimate e = estimate_memory(in);
+
+  if (in.kind == "gpt") {
+    fmt::print("model: gpt, {} layers, {} heads, d {}, vocab {}; batch {} x {} tokens, {} threads\n",
+               in.gpt.n_layer, in.gpt.n_head, in.gpt.n_embd, in.gpt.vocab_size, in.shape.batch,
+               in.shape.context, in.shape.threads);
+  } else {
+    fmt::print("model: {}; batch {} images\n", in.kind, in.shape.batch);
+  }
+  std::printf("levers: %s\n", describe(in.levers).c_str());
+  std::printf("estimated tensor memory of a training step (as the tracking allocator counts it):\n");
+  print_breakdown(e);
+
+  int code = kOk;
+  if (budget > 0) {
+    const bool fits = e.peak <= budget;
+    std::printf("\nbudget %s: %s (peak %.0f %% of it)\n", gib(budget).c_str(), fits ? "fits" : "does NOT fit",
+                100.0 * e.peak / budget);
+    if (!fits) code = kPlanDoesNotFit;
+    if (!fits && in.kind == "gpt") {
+      const Recommendation r = recommend_gpt(in.gpt, in.shape, in.levers, budget);
+      std::string overrides;
+      for (const auto& ch : r.changes) overrides += " " + ch;
+      if (r.fits) {
+        std::printf("recommended:%s\n  -> peak %s (%s)\n", overrides.c_str(), gib(r.estimate.peak).c_str(),
+                    describe(r.levers).c_str());
+      } else {
+        std::printf("nothing fits: even with%s the peak is %s\n",
+                    overrides.empty() ? " every lever on" : overrides.c_str(), gib(r.estimate.peak).c_str());
+      }
+    } else if (!fits) {
+      std::printf("the memory levers are GPT's; lower data.batch_size (raise optim.grad_accum to keep the effective batch)\n");
+    }
+  }
+  if (in.kind == "gpt") print_gpt2_table(in.shape.threads);
+  return code;
+}
+
+}  // namespace ht::cli

@@ -1,0 +1,93 @@
+// Memory planner: predicts the peak tensor memory of a training step from the model shape and the
+// memory levers, before anything is allocated, and searches the levers for settings that fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hybrid/memory/recompute.h"
+#include "hybrid/models/gpt.h"
+
+namespace ht {
+
+enum class OptimizerKind {
+  AdamW,        // fp32 m and v: 8 B/param
+  AdamW8bit,    // block-wise 8-bit m and v: ~2.03 B/param (small tensors stay fp32)
+  Sgd,          // no state
+  SgdMomentum,  // one fp32 momentum buffer: 4 B/param
+};
+enum class AttentionKind { Naive, Flash };  // GPT's attention core (model.attention)
+enum class TrainMode { Plain, Hybrid, Lookahead };
+
+struct MemoryLevers {
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  RecomputeLevel recompute = RecomputeLevel::None;
+  int64_t recompute_every = 1;  // Full: blocks 0, n, 2n, ... keep only their input
+  AttentionKind attention = AttentionKind::Naive;
+  TrainMode mode = TrainMode::Plain;
+  std::string predictor = "mean";  // hybrid.predictor: decides the predictor's state
+  int64_t dmd_history = 8;         // dmd predictor: weight deltas it keeps
+};
+
+struct TrainShape {
+  int64_t batch = 16;       // sequences (or images) per data batch
+  int64_t context = 128;    // tokens per sequence (GPT)
+  int64_t micro_splits = 1; // trainer micro-batches per batch (its out-of-memory ladder)
+  int64_t grad_accum = 1;   // batches per optimizer step: no effect on memory
+  int64_t threads = 1;      // intra-op threads: each keeps its own attention scratch tiles
+};
+
+// Bytes as the tracking allocator counts them (each tensor rounded to its size class).
+struct MemoryEstimate {
+  int64_t params = 0;  // with the model's other tensors (naive attention's causal mask)
+  int64_t grads = 0;
+  int64_t optimizer_state = 0;
+  int64_t mode_state = 0;    // hybrid snapshot + buffers + predictor, or Lookahead's slow weights
+  int64_t activations = 0;   // saved for backward (and the data batch) at the peak moment
+  int64_t transient = 0;     // workspace and gradients in flight at the peak moment
+  int64_t predict_peak = 0;  // a forward without grad (hybrid's predicted/verified steps)
+  int64_t peak = 0;          // max over the step: what allocator_stats().peak_bytes reports
+  std::string peak_at;       // where the peak happens, e.g. "LM head (end of forward)"
+
+  int64_t resident() const { return params + grads + optimizer_state + mode_state; }
+};
+
+// The size class the tracking allocator (src/core/allocator.cpp) hands out for a request.
+int64_t allocator_block_bytes(int64_t bytes);
+
+MemoryEstimate estimate_gpt_memory(const GPTConfig& model, const TrainShape& shape,
+                                   const MemoryLevers& levers);
+// kind "mlp" (784-512-256-10) or "cnn" (two conv+pool stages) on 28x28 images; the attention
+// and recompute levers do not apply. Throws std::invalid_argument for another kind.
+MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainShape& shape,
+                                          const MemoryLevers& levers);
+
+struct Recommendation {
+  bool fits = false;
+  MemoryLevers levers;          // the cheapest settings that fit (or the most frugal tried)
+  TrainShape shape;
+  MemoryEstimate estimate;      // of those settings
+  std::vector<std::string> changes;  // config overrides, e.g. "memory.recompute=full"
+};
+
+// Tries the levers in order of their cost in step time - flash attention (which supersedes
+// selective recompute), 8-bit AdamW (a slower optimizer step, a small share of a step), full
+// recompute every 4/2/1 blocks (up to one more forward), then smaller batches with more accumulation
+// (batch / k, grad_accum * k for divisors k of the batch: same effective batch) - and returns the
+// first combination whose estimated peak is <= budget.
+// Levers already on in `current` stay on. When nothing fits, fits = false and the estimate is that
+// of the most frugal combination (the minimum this model and batch need).
+Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
+                             const MemoryLevers& current, int64_t budget_bytes);
+
+// Largest batch (<= max_batch) at this context whose estimated peak fits the budget; 0 if none.
+int64_t max_gpt_batch(const GPTConfig& model, TrainShape shape, const MemoryLevers& levers,
+                      int64_t budget_bytes, int64_t max_batch = 4096);
+
+// Config value spellings (optim.name, memory.recompute, model.attention, run.mode).
+std::string to_string(OptimizerKind kind);
+std::string to_string(AttentionKind kind);
+std::string to_string(TrainMode mode);
+
+}  // namespace ht

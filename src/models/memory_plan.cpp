@@ -1,0 +1,401 @@
+// Peak-memory model of one training step, written from what our kernels allocate and save for
+// backward (gpt_block.cpp, attention.cpp, flash_attention.cpp, lm_head_loss.cpp, recompute.cpp).
+#include "hybrid/models/memory_plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ht {
+namespace {
+
+constexpr int64_t kF32 = 4;
+constexpr int64_t kI64 = 8;
+// CPU generator state that recompute() saves per recomputed region (mt19937 + normal cache).
+constexpr int64_t kRngStateBytes = 5056;
+// lm_head_loss.cpp: rows per chunk keep a chunk's logits at 2^24 floats.
+constexpr int64_t kHeadChunkElements = int64_t{1} << 24;
+// AdamW8bit defaults (adamw8bit.h): quantization block and the smallest quantized tensor.
+constexpr int64_t kQuantBlock = 256;
+constexpr int64_t kMinQuantized = 4096;
+
+int64_t blk(int64_t bytes) { return allocator_block_bytes(bytes); }
+
+// Bytes of optimizer state for one parameter of n elements.
+int64_t optimizer_bytes(OptimizerKind kind, int64_t n) {
+  switch (kind) {
+    case OptimizerKind::AdamW:
+      return 2 * blk(n * kF32);
+    case OptimizerKind::AdamW8bit:
+      if (n < kMinQuantized) return 2 * blk(n * kF32);
+      return 2 * blk(n) + 2 * blk((n + kQuantBlock - 1) / kQuantBlock * kF32);
+    case OptimizerKind::Sgd:
+      return 0;
+    case OptimizerKind::SgdMomentum:
+      return blk(n * kF32);
+  }
+  return 0;
+}
+
+// Fills params, grads, optimizer state and mode state from the parameter sizes (in elements).
+void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& levers,
+                        MemoryEstimate& e) {
+  int64_t copy = 0;  // one fp32 copy of every parameter, as the allocator counts it
+  for (int64_t n : numels) {
+    copy += blk(n * kF32);
+    e.optimizer_state += optimizer_bytes(levers.optimizer, n);
+  }
+  e.params = copy;
+  e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
+  if (levers.mode == TrainMode::Lookahead) e.mode_state = copy;  // slow weights
+  if (levers.mode != TrainMode::Hybrid) return;
+  // hybrid_strategy.cpp: rollback snapshot, delta_ and predicted_ buffers, plus before_ when the
+  // predictor consumes updates rather than weights; then the predictor's own state.
+  const std::string& p = levers.predictor;
+  const bool weights_input = p == "mean" || p == "regression";
+  int64_t copies = 3 + (weights_input ? 0 : 1);
+  if (p == "regression") copies += 2;                    // a_, b_
+  else if (p == "mean" || p == "last" || p == "ema" || p == "rssm") copies += 1;  // a_ / avg_ / ema_
+  e.mode_state = copies * copy;
+  if (p == "dmd")
+    for (int64_t n : numels) e.mode_state += blk(levers.dmd_history * n * kF32);  // ring [K, n]
+}
+
+std::vector<int64_t> gpt_parameter_numels(const GPTConfig& g) {
+  const int64_t C = g.n_embd;
+  std::vector<int64_t> n = {g.vocab_size * C, g.block_size * C};  // wte, wpe
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    for (int64_t k : {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C, 4 * C * C, C})
+      n.push_back(k);
+  }
+  n.push_back(C);  // ln_f
+  n.push_back(C);
+  return n;
+}
+
+// Tensor sizes of one GPT block for a micro-batch of N = B*T rows; each value is what the
+// allocator hands out for that tensor.
+struct BlockTensors {
+  int64_t tok1, tok3, tok4;  // [N, C], [N, 3C], [N, 4C]
+  int64_t stat;              // LayerNorm mean or rstd, [B, T, 1]
+  int64_t probs;             // naive attention probabilities [B, nh, T, T]
+  int64_t lse;               // flash row logsumexp [B, nh, T]
+  int64_t tile;              // one per-thread [T, T] scratch of naive attention
+  int64_t dw_max;            // largest weight gradient in flight ([C, 4C])
+};
+
+enum class LayerKind { Plain, SelectiveAttention, Recomputed };
+
+// What a block keeps for backward after its forward ran.
+int64_t saved_bytes(const BlockTensors& t, LayerKind kind, AttentionKind attention) {
+  if (kind == LayerKind::Recomputed) return t.tok1 + kRngStateBytes;  // its input only
+  // x (ln_1 input), ln_1 out, c_proj input y, h (ln_2 input), ln_2 out: 5 x [N, C];
+  // qkv; c_fc out (GELU input) and GELU out (c_proj input); four LayerNorm statistics.
+  int64_t b = 5 * t.tok1 + t.tok3 + 2 * t.tok4 + 4 * t.stat;
+  if (attention == AttentionKind::Flash) return b + t.lse;   // q|k|v views and y: no T x T
+  if (kind == LayerKind::SelectiveAttention) return b + kRngStateBytes;  // qkv only
+  return b + t.probs;
+}
+
+// Bytes of the part of a block that backward frees first (the MLP half: h, ln_2 out and stats,
+// c_fc out, GELU out) - gone when the attention half's backward runs.
+int64_t mlp_half_bytes(const BlockTensors& t) { return 2 * t.tok1 + 2 * t.stat + 2 * t.tok4; }
+
+// Live bytes of block `kind`'s own tensors at the worst moment of its backward (the gradient
+// arriving at its output is counted by the caller).
+int64_t backward_bytes(const BlockTensors& t, LayerKind kind, AttentionKind attention,
+                       int64_t threads) {
+  // A recomputed block re-runs as a plain one from its saved input and keeps its output alive.
+  const LayerKind inner = kind == LayerKind::Recomputed ? LayerKind::Plain : kind;
+  int64_t held = saved_bytes(t, inner, attention);
+  if (kind == LayerKind::Recomputed) held += t.tok1 + kRngStateBytes;
+  // MLP half: c_proj's dx [N, 4C] and dW, then GELU's dx while c_fc out is still saved.
+  const int64_t mlp = held + t.tok4 + t.dw_max;
+  // Attention half: the gradient into attn.c_proj's input, then the core's backward.
+  int64_t core = 0;
+  if (attention == AttentionKind::Flash) {
+    // dq, dk, dv; each reshaped to [B, T, C] (a copy of the transposed layout) and then
+    // concatenated into d qkv [B, T, 3C].
+    core = 3 * t.tok1 + t.tok3;
+  } else {
+    core = t.tok3 + 2 * threads * t.tile;  // d qkv, per-thread dp and ds tiles
+    if (kind == LayerKind::SelectiveAttention) core += t.probs + t.tok1;  // re-run: probs and y
+  }
+  int64_t attn = held - mlp_half_bytes(t) + t.tok1 + core;
+  // In a recomputed block the gradient at its output is also held by the outer backward, so the
+  // residual sum d(out) + d(MLP half) cannot reuse it in place: one more [N, C].
+  if (kind == LayerKind::Recomputed) attn += t.tok1;
+  return std::max(mlp, attn);
+}
+
+}  // namespace
+
+int64_t allocator_block_bytes(int64_t bytes) {
+  // Mirrors size_class() in src/core/allocator.cpp: 64-byte granules below 16 KiB, above that
+  // four classes per power of two (5/8, 6/8, 7/8, 8/8).
+  constexpr int64_t kAlign = 64, kMinCached = 16 * 1024;
+  const int64_t n = std::max<int64_t>(bytes, 1);
+  if (n < kMinCached) return (n + kAlign - 1) / kAlign * kAlign;
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  const int64_t step = p / 8;
+  return (n + step - 1) / step * step;
+}
+
+MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
+                                   const MemoryLevers& levers) {
+  if (shape.batch < 1 || shape.context < 1 || shape.micro_splits < 1 || shape.threads < 1)
+    throw std::invalid_argument("estimate_gpt_memory: batch, context, micro_splits and threads "
+                                "must be >= 1");
+  if (shape.context > g.block_size)
+    throw std::invalid_argument("estimate_gpt_memory: context " + std::to_string(shape.context) +
+                                " exceeds the model's block_size " + std::to_string(g.block_size));
+  if (levers.recompute_every < 1)
+    throw std::invalid_argument("estimate_gpt_memory: recompute_every must be >= 1");
+  MemoryEstimate e;
+  account_parameters(gpt_parameter_numels(g), levers, e);
+  // The naive core keeps an additive causal mask [block_size, block_size] (attention.cpp).
+  if (levers.attention == AttentionKind::Naive) e.params += blk(g.block_size * g.block_size * kF32);
+
+  // The trainer splits the batch with tensor_split: the first micro-batch is the largest.
+  const int64_t splits = std::min(shape.micro_splits, shape.batch);
+  const int64_t Bm = (shape.batch + splits - 1) / splits;
+  const int64_t T = shape.context, C = g.n_embd, V = g.vocab_size, nh = g.n_head;
+  const int64_t N = Bm * T;
+  BlockTensors t{};
+  t.tok1 = blk(N * C * kF32);
+  t.tok3 = blk(N * 3 * C * kF32);
+  t.tok4 = blk(N * 4 * C * kF32);
+  t.stat = blk(N * kF32);
+  t.probs = blk(Bm * nh * T * T * kF32);
+  t.lse = blk(Bm * nh * T * kF32);
+  t.tile = blk(T * T * kF32);
+  t.dw_max = blk(4 * C * C * kF32);
+
+  // Which blocks keep what (session.cpp): Full recomputes blocks 0, n, 2n, ... whole and leaves
+  // the others plain; Selective wraps naive attention in recompute (flash needs nothing more).
+  auto kind_of = [&levers](int64_t layer) {
+    if (levers.recompute == RecomputeLevel::Full && layer % levers.recompute_every == 0)
+      return LayerKind::Recomputed;
+    if (levers.recompute == RecomputeLevel::Selective && levers.attention == AttentionKind::Naive)
+      return LayerKind::SelectiveAttention;
+    return LayerKind::Plain;
+  };
+  std::vector<int64_t> below(static_cast<size_t>(g.n_layer) + 1, 0);  // saved by blocks < l
+  for (int64_t l = 0; l < g.n_layer; ++l)
+    below[l + 1] = below[l] + saved_bytes(t, kind_of(l), levers.attention);
+
+  const int64_t batch = 2 * blk(shape.batch * T * kI64);  // input and target token ids
+  const int64_t dwte = blk(V * C * kF32);  // LM-head weight gradient, made in forward (fused loss)
+  const int64_t chunk = blk(std::clamp<int64_t>(kHeadChunkElements / V, 1, N) * V * kF32);
+  const int64_t resident = e.resident();
+
+  // End of forward, inside the fused LM head: the last block's output (ln_f input), ln_f out,
+  // dh and dwte, and a chunk of logits plus its log-softmax.
+  const int64_t head_saved = below[g.n_layer] + t.tok1 + 2 * t.stat;
+  const int64_t head_peak = resident + batch + head_saved + t.tok1 + t.tok1 + dwte + 2 * chunk;
+  e.peak = head_peak;
+  e.activations = batch + head_saved;
+  e.transient = 2 * t.tok1 + dwte + 2 * chunk;
+  e.peak_at = "LM head (end of forward)";
+
+  // Backward of the top block, and of the topmost recomputed block (whose re-run rebuilds a
+  // whole block's activations). dwte waits in the autograd buffer until the embedding's
+  // gradient joins it at the very end; d(output) is in flight.
+  auto consider_backward = [&](int64_t l) {
+    const int64_t own = backward_bytes(t, kind_of(l), levers.attention, shape.threads);
+    const int64_t p = resident + batch + below[l] + own + t.tok1 + dwte;
+    if (p > e.peak) {
+      e.peak = p;
+      e.activations = batch + below[l] + saved_bytes(t, kind_of(l), levers.attention);
+      e.transient = p - resident - e.activations;
+      e.peak_at = "backward of block " + std::to_string(l) +
+                  (kind_of(l) == LayerKind::Recomputed ? " (recomputed)" : "");
+    }
+  };
+  consider_backward(g.n_layer - 1);
+  for (int64_t l = g.n_layer - 1; l >= 0; --l) {
+    if (kind_of(l) == LayerKind::Recomputed) {
+      consider_backward(l);
+      break;
+    }
+  }
+
+  // A forward without grad (evaluation, hybrid's predicted and verified steps): one block's
+  // temporaries at a time. MLP: x, the attention branch a, h, ln_2 out, c_fc out, GELU out.
+  const int64_t mlp_nograd = 4 * t.tok1 + 2 * t.tok4;
+  const int64_t attn_nograd = levers.attention == AttentionKind::Flash
+                                  ? 2 * t.tok1 + t.tok3 + t.tok1 + t.lse
+                                  : 2 * t.tok1 + t.tok3 + t.probs + t.tok1 + shape.threads * t.tile;
+  const int64_t head_nograd = 2 * t.tok1 + 2 * chunk;
+  e.predict_peak = resident + batch + std::max({mlp_nograd, attn_nograd, head_nograd});
+  if (e.predict_peak > e.peak) {
+    e.peak = e.predict_peak;
+    e.peak_at = "forward without grad";
+  }
+  return e;
+}
+
+MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainShape& shape,
+                                          const MemoryLevers& levers) {
+  if (shape.batch < 1 || shape.micro_splits < 1)
+    throw std::invalid_argument("estimate_classifier_memory: batch and micro_splits must be >= 1");
+  const int64_t B = shape.batch;
+  const int64_t splits = std::min(shape.micro_splits, B);
+  const int64_t Bm = (B + splits - 1) / splits;
+  const int64_t images = blk(B * 28 * 28 * kF32) + blk(B * kI64);  // the data batch
+  MemoryEstimate e;
+  int64_t saved = 0, back = 0;
+  if (kind == "mlp") {
+    // 784-512-256-10: Linear saves its input, ReLU its output; cross entropy its log-softmax.
+    const std::vector<int64_t> w = {784, 512, 256, 10};
+    std::vector<int64_t> numels;
+    for (size_t i = 0; i + 1 < w.size(); ++i) {
+      numels.push_back(w[i] * w[i + 1]);
+      numels.push_back(w[i + 1]);
+    }
+    account_parameters(numels, levers, e);
+    auto act = [&](int64_t width) { return blk(Bm * width * kF32); };
+    for (size_t i = 1; i + 1 < w.size(); ++i) saved += act(w[i]);  // ReLU outputs
+    saved += 2 * act(w.back());                                     // logits, log-softmax
+    // Backward of layer i (w[i-1] -> w[i]): the ReLU outputs below it, the gradient at its
+    // output, and what its node makes: dx (not for the images) and dW.
+    for (size_t i = w.size() - 1; i >= 1; --i) {
+      int64_t live = act(w[i]) + blk(w[i - 1] * w[i] * kF32);
+      for (size_t j = 1; j < i; ++j) live += act(w[j]);
+      if (i > 1) live += act(w[i - 1]);
+      back = std::max(back, live - saved);
+    }
+    back = std::max<int64_t>(back, 0);
+  } else if (kind == "cnn") {
+    // conv3x3(1->16)+ReLU+pool2, conv3x3(16->32)+ReLU+pool2, fc(32*7*7 -> 10). ReLU saves its
+    // output (also max-pool's input), max-pool its int64 argmax, conv2 and fc their inputs.
+    account_parameters({16 * 9, 16, 32 * 16 * 9, 32, 10 * 32 * 7 * 7, 10}, levers, e);
+    const int64_t r1 = blk(Bm * 16 * 28 * 28 * kF32), p1 = blk(Bm * 16 * 14 * 14 * kF32);
+    const int64_t r2 = blk(Bm * 32 * 14 * 14 * kF32), p2 = blk(Bm * 32 * 7 * 7 * kF32);
+    const int64_t i1 = blk(Bm * 16 * 14 * 14 * kI64), i2 = blk(Bm * 32 * 7 * 7 * kI64);
+    saved = r1 + i1 + p1 + r2 + i2 + p2 + blk(Bm * 10 * kF32);
+    // Stage 1's backward, after stage 2's tensors are gone: max-pool's gradient into ReLU 1's
+    // output next to its argmax, then ReLU's gradient next to that one (both r1-sized).
+    const int64_t pool1 = r1 + i1 + p1 + r1, relu1 = 3 * r1;
+    back = std::max<int64_t>(0, std::max(pool1, relu1) - saved);
+  } else {
+    throw std::invalid_argument("estimate_classifier_memory: unknown model '" + kind +
+                                "'; valid: mlp, cnn");
+  }
+  e.activations = images + saved;
+  e.transient = back;
+  e.peak = e.resident() + e.activations + e.transient;
+  e.predict_peak = e.resident() + images + saved;
+  e.peak_at = "backward";
+  return e;
+}
+
+int64_t max_gpt_batch(const GPTConfig& model, TrainShape shape, const MemoryLevers& levers,
+                      int64_t budget_bytes, int64_t max_batch) {
+  // The peak grows with the batch: binary search for the last batch that fits.
+  int64_t lo = 0, hi = max_batch;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    shape.batch = mid;
+    if (estimate_gpt_memory(model, shape, levers).peak <= budget_bytes)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+namespace {
+
+// The config overrides that turn `from` into `to` (keys of apps/hybrid-train/config_schema.cpp).
+std::vector<std::string> lever_overrides(const MemoryLevers& from, const MemoryLevers& to) {
+  std::vector<std::string> out;
+  if (to.attention != from.attention) out.push_back("model.attention=" + to_string(to.attention));
+  if (to.recompute != from.recompute) out.push_back("memory.recompute=" + to_string(to.recompute));
+  if (to.recompute == RecomputeLevel::Full && to.recompute_every != from.recompute_every)
+    out.push_back("memory.recompute_every=" + std::to_string(to.recompute_every));
+  if (to.optimizer != from.optimizer) out.push_back("optim.name=" + to_string(to.optimizer));
+  return out;
+}
+
+}  // namespace
+
+Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
+                             const MemoryLevers& current, int64_t budget_bytes) {
+  // Each rung adds one lever to the previous ones, cheapest in step time first.
+  std::vector<MemoryLevers> ladder = {current};
+  MemoryLevers l = current;
+  if (l.attention != AttentionKind::Flash) {
+    // No [T, T] probabilities: it drops what selective recompute drops for naive attention (and
+    // recomputes its tiles in backward anyway), so selective is not a rung of its own.
+    l.attention = AttentionKind::Flash;
+    ladder.push_back(l);
+  }
+  if (l.optimizer == OptimizerKind::AdamW) {
+    l.optimizer = OptimizerKind::AdamW8bit;  // ~1.6x optimizer time, 6 B/param less
+    ladder.push_back(l);
+  }
+  for (int64_t every : {4, 2, 1}) {  // one more forward of 1/every of the blocks
+    if (l.recompute == RecomputeLevel::Full && l.recompute_every <= every) continue;
+    l.recompute = RecomputeLevel::Full;
+    l.recompute_every = every;
+    ladder.push_back(l);
+  }
+
+  Recommendation r;
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    // Smaller batches cost throughput: only once every other lever is on.
+    const bool last_rung = i + 1 == ladder.size();
+    for (int64_t k = 1; k <= shape.batch; ++k) {
+      if (shape.batch % k != 0) continue;
+      TrainShape s = shape;
+      s.batch = shape.batch / k;
+      s.grad_accum = shape.grad_accum * k;
+      r.levers = ladder[i];
+      r.shape = s;
+      r.estimate = estimate_gpt_memory(model, s, r.levers);
+      r.changes = lever_overrides(current, r.levers);
+      if (k > 1) {
+        r.changes.push_back("data.batch_size=" + std::to_string(s.batch));
+        r.changes.push_back("optim.grad_accum=" + std::to_string(s.grad_accum));
+      }
+      if (r.estimate.peak <= budget_bytes) {
+        r.fits = true;
+        return r;
+      }
+      if (!last_rung) break;
+    }
+  }
+  return r;  // the most frugal settings: the minimum this model and batch need
+}
+
+std::string to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::AdamW:
+      return "adamw";
+    case OptimizerKind::AdamW8bit:
+      return "adamw8bit";
+    case OptimizerKind::Sgd:
+    case OptimizerKind::SgdMomentum:
+      return "sgd";
+  }
+  return "unknown";
+}
+
+std::string to_string(AttentionKind kind) {
+  return kind == AttentionKind::Flash ? "flash" : "naive";
+}
+
+std::string to_string(TrainMode mode) {
+  switch (mode) {
+    case TrainMode::Plain:
+      return "plain";
+    case TrainMode::Hybrid:
+      return "hybrid";
+    case TrainMode::Lookahead:
+      return "lookahead";
+  }
+  return "unknown";
+}
+
+}  // namespace ht
