@@ -159,6 +159,10 @@ void TrackingAllocator::give_back(void* base) {
 
 }  // namespace
 
+int64_t allocator_block_bytes(int64_t bytes) {
+  return static_cast<int64_t>(size_class(static_cast<size_t>(bytes < 1 ? 1 : bytes)));
+}
+
 void install_tracking_allocator() {
   if (g_installed.exchange(true)) return;
   // Priority above the default CPU allocator's so later default registrations do not win.

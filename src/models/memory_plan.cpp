@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "hybrid/core/allocator.h"
+
 namespace ht {
 namespace {
 
@@ -128,18 +130,6 @@ int64_t backward_bytes(const BlockTensors& t, LayerKind kind, AttentionKind atte
 }
 
 }  // namespace
-
-int64_t allocator_block_bytes(int64_t bytes) {
-  // Mirrors size_class() in src/core/allocator.cpp: 64-byte granules below 16 KiB, above that
-  // four classes per power of two (5/8, 6/8, 7/8, 8/8).
-  constexpr int64_t kAlign = 64, kMinCached = 16 * 1024;
-  const int64_t n = std::max<int64_t>(bytes, 1);
-  if (n < kMinCached) return (n + kAlign - 1) / kAlign * kAlign;
-  int64_t p = 1;
-  while (p < n) p <<= 1;
-  const int64_t step = p / 8;
-  return (n + step - 1) / step * step;
-}
 
 MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
                                    const MemoryLevers& levers) {

@@ -69,10 +69,10 @@ Measured run_steps(const std::vector<std::string>& overrides, int steps = 2,
   set_memory_budget(budget);
   try {
     for (int i = 0; i < steps; ++i) {
-      // The trainer resets the peak per step too, but not every strategy reports it (Lookahead).
-      reset_peak_bytes();
-      trainer.train_step();
-      m.peak = std::max(m.peak, allocator_stats().peak_bytes - before);
+      // The trainer's memory monitor resets the allocator's peak per phase; the step record
+      // carries the step's overall peak.
+      const StepRecord r = trainer.train_step();
+      m.peak = std::max(m.peak, r.peak_bytes - before);
     }
   } catch (...) {
     set_memory_budget(0);

@@ -23,6 +23,10 @@ void install_tracking_allocator();
 bool tracking_allocator_installed();
 
 AllocatorStats allocator_stats();
+
+// Bytes the allocator hands out (and counts) for a request of `bytes`: its size-class rounding.
+// The memory planner uses it so estimates round exactly as the allocator does.
+int64_t allocator_block_bytes(int64_t bytes);
 void reset_peak_bytes();        // peak := current
 int64_t release_cached_blocks();  // returns bytes given back to the system
 

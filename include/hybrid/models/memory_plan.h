@@ -53,9 +53,6 @@ struct MemoryEstimate {
   int64_t resident() const { return params + grads + optimizer_state + mode_state; }
 };
 
-// The size class the tracking allocator (src/core/allocator.cpp) hands out for a request.
-int64_t allocator_block_bytes(int64_t bytes);
-
 MemoryEstimate estimate_gpt_memory(const GPTConfig& model, const TrainShape& shape,
                                    const MemoryLevers& levers);
 // kind "mlp" (784-512-256-10) or "cnn" (two conv+pool stages) on 28x28 images; the attention
