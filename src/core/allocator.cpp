@@ -3,6 +3,7 @@
 #include "hybrid/core/allocator.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -22,6 +23,7 @@ constexpr size_t kHeader = 64;
 constexpr size_t kAlign = 64;
 // Blocks below this go straight to malloc/free: glibc serves them from its arenas cheaply.
 constexpr size_t kMinCached = 16 * 1024;
+constexpr double kMiB = 1024.0 * 1024.0;
 
 // Rounds to a size class: powers of two split into 4 steps, so reuse works across the slightly
 // different sizes a training step asks for while waste stays under 25 %.
@@ -114,11 +116,13 @@ class TrackingAllocator final : public c10::Allocator {
   }
 
   [[noreturn]] void throw_oom(size_t cls, int64_t budget) const {
-    const double mib = 1024.0 * 1024.0;
-    std::string msg = "hybrid-trainer: out of memory: tried to allocate " +
-                      std::to_string(cls / mib) + " MiB with " +
-                      std::to_string(current_.load() / mib) + " MiB in use";
-    if (budget > 0) msg += " and a budget of " + std::to_string(budget / mib) + " MiB";
+    char msg[200];
+    int n = std::snprintf(msg, sizeof msg, "hybrid-trainer: out of memory: tried to allocate %.1f MiB with %.1f MiB in use",
+                          cls / kMiB, current_.load() / kMiB);
+    if (n > 0 && n < static_cast<int>(sizeof msg)) {
+      if (budget > 0) std::snprintf(msg + n, sizeof msg - n, " and a budget of %.1f MiB", budget / kMiB);
+      else std::snprintf(msg + n, sizeof msg - n, " (the system refused the memory)");
+    }
     throw c10::OutOfMemoryError(msg, "");
   }
 

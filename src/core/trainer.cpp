@@ -110,6 +110,7 @@ FullStepResult Trainer::full_step_once() {
   for (int64_t a = 0; a < options_.grad_accum; ++a) {
     const Batch batch = data_.next_train_batch();
     const int64_t rows = batch.input.size(0);
+    last_batch_rows_ = rows;
     const int64_t splits = std::min<int64_t>(options_.micro_splits, rows);
     // Chunks weighted by their share of rows, so any split gives the same mean-loss gradient.
     const auto inputs = batch.input.tensor_split(splits);
@@ -179,7 +180,9 @@ void Trainer::respond_to_memory_pressure(const std::string& what, int attempt) {
     logger_->on_message(Level::Warning, where + "activation recompute turned on, retrying");
     return;
   }
-  if (options_.micro_splits * 2 <= options_.memory.max_micro_splits) {  // rung 3
+  // Rung 3, while there is something left to split: a chunk has at least one row.
+  const bool can_split = last_batch_rows_ == 0 || options_.micro_splits < last_batch_rows_;
+  if (can_split && options_.micro_splits * 2 <= options_.memory.max_micro_splits) {  // rung 3
     options_.micro_splits *= 2;
     logger_->on_message(Level::Warning, where + "splitting each batch into " +
                                             std::to_string(options_.micro_splits) +
@@ -194,7 +197,8 @@ void Trainer::respond_to_memory_pressure(const std::string& what, int attempt) {
   save_emergency_checkpoint(path);
   logger_->on_checkpoint(path, step_);
   throw OutOfMemoryExit(
-      where + "still failing with recompute and " + std::to_string(options_.micro_splits) +
+      where + "still failing with recompute and " +
+          std::to_string(std::min(options_.micro_splits, std::max<int64_t>(last_batch_rows_, 1))) +
           " micro-batches (" + what + "). All progress is saved in '" + path +
           "'. Raise memory.budget, lower the batch size or sequence length, or use a smaller "
           "model; then resume from that checkpoint.",

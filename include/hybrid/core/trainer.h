@@ -164,6 +164,7 @@ class Trainer {
   std::chrono::steady_clock::time_point last_checkpoint_time_;
   int64_t last_checkpoint_step_ = 0;
   bool recompute_tried_ = false;  // the ladder's second rung is taken once per run
+  int64_t last_batch_rows_ = 0;   // rows of the last batch drawn: the ladder cannot split past it
   MemoryMonitor memory_;
   // Budget watch: 0 normal, 1 above warn, 2 above critical (cache released), 3 recompute tried.
   int memory_level_ = 0;
