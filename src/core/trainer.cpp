@@ -97,6 +97,13 @@ void Trainer::set_strategy(std::unique_ptr<StepStrategy> strategy) { strategy_ =
 
 void Trainer::set_lr_for_current_step() { optimizer_.set_lr(options_.schedule.at(step_)); }
 
+void Trainer::rewind_steps(int64_t n) {
+  if (n < 0 || n > step_)
+    throw std::invalid_argument("trainer: cannot rewind " + std::to_string(n) + " steps at step " +
+                                std::to_string(step_));
+  step_ -= n;
+}
+
 double Trainer::forward_loss(const Batch& batch) {
   torch::NoGradGuard no_grad;
   return objective_.loss(batch).item<double>();

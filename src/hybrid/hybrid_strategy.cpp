@@ -334,6 +334,9 @@ void HybridStrategy::rollback(Trainer& trainer, const std::string& why, StepReco
   snapshot_.restore(state_);
   const int64_t lost = ahead_ - ref_ahead_;
   ahead_ = ref_ahead_;
+  // The undone steps never happened: the schedule and the step budget take them back. This
+  // step's own slot (the last of them) goes to the correct step that follows the rollback.
+  trainer.rewind_steps(lost - 1);
   ++summary_.rollbacks;
   rec.extra["rolled_back"] = 1.0;
   rec.extra["rolled_back_steps"] = static_cast<double>(lost);

@@ -452,3 +452,22 @@ TEST(HybridStrategy, RejectsInvalidOptionsAtConstruction) {
   o.verify_every = 0;
   EXPECT_THROW(ht::make_hybrid_strategy(o), std::invalid_argument);
 }
+
+TEST(HybridStrategy, RolledBackStepsDoNotCountAgainstTheScheduleOrTheBudget) {
+  toy::MlpRun run(400);
+  ht::HybridOptions o = toy_options("ema");
+  o.enter_confidence = 0.0;  // predict every cycle
+  run.trainer->set_strategy(
+      std::make_unique<ht::HybridStrategy>(o, std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::Negate)));
+  int64_t calls = 0, undone = 0;
+  while (run.trainer->step() < 300 && calls < 1000) {
+    const ht::StepRecord r = run.trainer->train_step();
+    ++calls;
+    // The step that detects the failure is reused by the correct step; the others are taken back.
+    if (r.extra.at("rolled_back") == 1.0) undone += static_cast<int64_t>(r.extra.at("rolled_back_steps")) - 1;
+    ASSERT_EQ(r.step, calls - undone) << "call " << calls;
+  }
+  EXPECT_GT(undone, 0) << "no multi-step rollback happened: the test proves nothing";
+  EXPECT_EQ(run.trainer->step(), 300);
+  EXPECT_EQ(calls, 300 + undone);
+}

@@ -139,6 +139,9 @@ class Trainer {
   void request_stop() { stop_requested_ = true; }
   int64_t step() const { return step_; }
   void advance_step() { ++step_; }
+  // Takes back n steps that a strategy undid (predicted steps rolled back): they never happened,
+  // so the learning-rate schedule and the step budget do not count them.
+  void rewind_steps(int64_t n);
 
   Objective& objective() { return objective_; }
   Optimizer& optimizer() { return optimizer_; }
