@@ -101,7 +101,13 @@ int main(int argc, char** argv) {
 
   ht::install_tracking_allocator();
   ht::set_threads(2);
-  const int64_t budget = ht::cli::parse_size(budget_text);
+  int64_t budget = 0;
+  try {
+    budget = ht::cli::parse_size(budget_text);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_memory_bench: --budget: %s\n", e.what());
+    return 2;
+  }
 
   const std::vector<Levers> rows = {
       {"plain", {}},

@@ -17,29 +17,9 @@ namespace {
 
 // EMA updates, harmful (noise of norm 1e3) for 20 observations, then good for 20: predict
 // phases that are kept and ones that are rolled back, all through the run.
-class AlternatingPredictor : public ht::UpdatePredictor {
- public:
-  std::string name() const override { return "alternating"; }
-  void observe(const std::vector<at::Tensor>& d, const ht::TrainingFeatures& f) override {
-    inner_->observe(d, f);
-    ++observed_;
-  }
-  void reset_history() override { inner_->reset_history(); }
-  bool ready() const override { return inner_->ready(); }
-  void predict_into(std::vector<at::Tensor>& out, int64_t k, double scale) override {
-    inner_->predict_into(out, k, scale);
-    torch::NoGradGuard g;
-    if ((observed_ / 20) % 2 == 0)
-      for (auto& t : out) t.normal_(0.0, 1e3);
-  }
-  int64_t state_bytes() const override { return inner_->state_bytes(); }
-  void save(torch::serialize::OutputArchive& a) const override { inner_->save(a); }
-  void load(torch::serialize::InputArchive& a) override { inner_->load(a); }
-
- private:
-  std::unique_ptr<ht::UpdatePredictor> inner_ = ht::make_ema_predictor(0.9);
-  int64_t observed_ = 0;
-};
+std::unique_ptr<ht::UpdatePredictor> alternating_predictor() {
+  return std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::AlternatePhases, 1e3);
+}
 
 // Short phases, always predicting: as many phase changes and rollbacks per step as possible.
 ht::HybridOptions busy_options() {
@@ -88,7 +68,7 @@ class TokenData : public ht::DataSource {
 TEST(HybridMemory, NoGrowthOver5000StepsWithPredictPhasesAndRollbacks) {
   toy::MlpRun run(5000, 3e-3, 0, 32);
   run.trainer->set_strategy(
-      std::make_unique<ht::HybridStrategy>(busy_options(), std::make_unique<AlternatingPredictor>()));
+      std::make_unique<ht::HybridStrategy>(busy_options(), alternating_predictor()));
   // Predict phases free the gradients, so real and predicted steps each hold their own constant.
   int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {0, 0}, predicted = 0, rollbacks = 0;
   for (int64_t i = 0; i < 5000; ++i) {
@@ -126,7 +106,7 @@ TEST(HybridMemory, NoGrowthOver5000StepsWithPredictPhasesAndRollbacks) {
 TEST(HybridMemory, PhaseChangesReportMemory) {
   toy::MlpRun run(60, 3e-3, 0, 32);
   run.trainer->set_strategy(
-      std::make_unique<ht::HybridStrategy>(busy_options(), std::make_unique<AlternatingPredictor>()));
+      std::make_unique<ht::HybridStrategy>(busy_options(), alternating_predictor()));
   for (int i = 0; i < 60; ++i) run.trainer->train_step();
   int64_t with_memory = 0;
   for (const auto& m : run.logger.messages)

@@ -43,50 +43,6 @@ std::unique_ptr<toy::MlpRun> make_mlp(int64_t steps, uint64_t seed = 0) {
   return std::make_unique<toy::MlpRun>(steps, 1e-3, seed, 256, 0.01);
 }
 
-// Wraps a real predictor and turns its output into something harmful.
-class SabotagedPredictor : public ht::UpdatePredictor {
- public:
-  enum class Mode { Negate, Noise, AlternatePhases };
-  SabotagedPredictor(Mode mode, double noise = 1.0,
-                     std::unique_ptr<ht::UpdatePredictor> inner = ht::make_ema_predictor(0.9))
-      : inner_(std::move(inner)), mode_(mode), noise_(noise) {}
-  std::string name() const override { return "sabotaged"; }
-  Input input() const override { return inner_->input(); }
-  void observe_weights(const std::vector<at::Tensor>& w, const ht::TrainingFeatures& f) override {
-    inner_->observe_weights(w, f);
-  }
-  void end_stretch(const std::vector<at::Tensor>& w) override { inner_->end_stretch(w); }
-  void observe(const std::vector<at::Tensor>& d, const ht::TrainingFeatures& f) override {
-    inner_->observe(d, f);
-    ++observed_;
-  }
-  void reset_history() override { inner_->reset_history(); }
-
-  bool ready() const override { return inner_->ready(); }
-  void predict_into(std::vector<at::Tensor>& out, int64_t k, double scale) override {
-    inner_->predict_into(out, k, scale);
-    torch::NoGradGuard g;
-    const bool bad = mode_ != Mode::AlternatePhases || (observed_ / 20) % 2 == 0;
-    if (!bad) return;
-    for (auto& t : out) {
-      if (mode_ != Mode::Negate) {
-        t.normal_(0.0, noise_);
-      } else {
-        t.neg_();
-      }
-    }
-  }
-  int64_t state_bytes() const override { return inner_->state_bytes(); }
-  void save(torch::serialize::OutputArchive& a) const override { inner_->save(a); }
-  void load(torch::serialize::InputArchive& a) override { inner_->load(a); }
-
- private:
-  std::unique_ptr<ht::UpdatePredictor> inner_;
-  Mode mode_;
-  double noise_;
-  int64_t observed_ = 0;  // AlternatePhases: bad for 20 observations, good for the next 20
-};
-
 std::vector<ht::StepRecord> run_steps(ht::Trainer& trainer, int64_t n) {
   std::vector<ht::StepRecord> recs;
   for (int64_t i = 0; i < n; ++i) recs.push_back(trainer.train_step());
@@ -197,7 +153,7 @@ TEST(HybridStrategy, RollbackIsBitExact) {
   // so the weights must equal plain training's after the same number of real steps, bit for bit.
   toy::BowlRun run(120);
   run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
-      toy_options("ema"), std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::Negate)));
+      toy_options("ema"), std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate)));
   const auto recs = run_steps(*run.trainer, 120);
   const int64_t real = 120 - count_phase(recs, "predict");
   const int64_t rolled = std::count_if(recs.begin(), recs.end(), [](const ht::StepRecord& r) {
@@ -270,16 +226,16 @@ TEST(HybridStrategy, BadPredictorsAreAlwaysRolledBackAndNeverSlowTrainingDown) {
   const Curve pc = train_mlp(*plain, steps, 25, nullptr, 0);
   const double target = pc.val[pc.val.size() * 8 / 10 - 1];
 
-  for (auto mode : {SabotagedPredictor::Mode::Negate, SabotagedPredictor::Mode::Noise}) {
+  for (auto mode : {toy::SabotagedPredictor::Mode::Negate, toy::SabotagedPredictor::Mode::Noise}) {
     auto run = make_mlp(steps);
     ht::HybridOptions o;  // defaults, wall-clock pay check on
     auto strategy = std::make_unique<ht::HybridStrategy>(
-        o, std::make_unique<SabotagedPredictor>(mode, 0.05, ht::make_mean_predictor()));
+        o, std::make_unique<toy::SabotagedPredictor>(mode, 0.05, ht::make_mean_predictor()));
     ht::HybridStrategy* hybrid = strategy.get();
     run->trainer->set_strategy(std::move(strategy));
     const Curve hc = train_mlp(*run, steps, 25, hybrid, o.probe_batches);
     const auto& s = hybrid->summary();
-    const char* name = mode == SabotagedPredictor::Mode::Negate ? "negate" : "noise";
+    const char* name = mode == toy::SabotagedPredictor::Mode::Negate ? "negate" : "noise";
     EXPECT_EQ(s.accepted, 0) << name;
     EXPECT_EQ(s.rollbacks, s.phases_predict) << name;
     EXPECT_LE(s.phases_predict, 4) << name;  // confidence falls, holds back off
@@ -294,7 +250,7 @@ TEST(HybridStrategy, TensorMemoryStaysFlatAcrossPredictAndRollbackCycles) {
   o.enter_confidence = 0.0;  // predict every cycle, whatever the outcomes
   o.tolerance = 1.0;         // keep the good phases; the bad ones are noise of norm 1e3
   run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
-      o, std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::AlternatePhases, 1e3)));
+      o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::AlternatePhases, 1e3)));
   const auto recs = run_steps(*run.trainer, 700);
   // Predict phases free the gradients: real and predicted steps each hold their own constant.
   int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {0, 0};
@@ -334,7 +290,7 @@ TEST(HybridStrategy, BatchVerificationAcceptsGoodAndRejectsBadPredictions) {
   {
     toy::BowlRun run(100);
     auto strategy = std::make_unique<ht::HybridStrategy>(
-        o, std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::Noise, 1e3));
+        o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise, 1e3));
     ht::HybridStrategy* hybrid = strategy.get();
     run.trainer->set_strategy(std::move(strategy));
     run_steps(*run.trainer, 100);
@@ -458,7 +414,7 @@ TEST(HybridStrategy, RolledBackStepsDoNotCountAgainstTheScheduleOrTheBudget) {
   ht::HybridOptions o = toy_options("ema");
   o.enter_confidence = 0.0;  // predict every cycle
   run.trainer->set_strategy(
-      std::make_unique<ht::HybridStrategy>(o, std::make_unique<SabotagedPredictor>(SabotagedPredictor::Mode::Negate)));
+      std::make_unique<ht::HybridStrategy>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate)));
   int64_t calls = 0, undone = 0;
   while (run.trainer->step() < 300 && calls < 1000) {
     const ht::StepRecord r = run.trainer->train_step();

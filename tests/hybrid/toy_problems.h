@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "hybrid/core/trainer.h"
+#include "hybrid/hybrid/predictor.h"
 
 namespace toy {
 
@@ -165,5 +166,49 @@ inline bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Te
     if (!torch::equal(a[i], b[i])) return false;
   return true;
 }
+
+// Wraps a real predictor and turns its output into something harmful.
+class SabotagedPredictor : public ht::UpdatePredictor {
+ public:
+  enum class Mode { Negate, Noise, AlternatePhases };
+  SabotagedPredictor(Mode mode, double noise = 1.0,
+                     std::unique_ptr<ht::UpdatePredictor> inner = ht::make_ema_predictor(0.9))
+      : inner_(std::move(inner)), mode_(mode), noise_(noise) {}
+  std::string name() const override { return "sabotaged"; }
+  Input input() const override { return inner_->input(); }
+  void observe_weights(const std::vector<at::Tensor>& w, const ht::TrainingFeatures& f) override {
+    inner_->observe_weights(w, f);
+  }
+  void end_stretch(const std::vector<at::Tensor>& w) override { inner_->end_stretch(w); }
+  void observe(const std::vector<at::Tensor>& d, const ht::TrainingFeatures& f) override {
+    inner_->observe(d, f);
+    ++observed_;
+  }
+  void reset_history() override { inner_->reset_history(); }
+
+  bool ready() const override { return inner_->ready(); }
+  void predict_into(std::vector<at::Tensor>& out, int64_t k, double scale) override {
+    inner_->predict_into(out, k, scale);
+    torch::NoGradGuard g;
+    const bool bad = mode_ != Mode::AlternatePhases || (observed_ / 20) % 2 == 0;
+    if (!bad) return;
+    for (auto& t : out) {
+      if (mode_ != Mode::Negate) {
+        t.normal_(0.0, noise_);
+      } else {
+        t.neg_();
+      }
+    }
+  }
+  int64_t state_bytes() const override { return inner_->state_bytes(); }
+  void save(torch::serialize::OutputArchive& a) const override { inner_->save(a); }
+  void load(torch::serialize::InputArchive& a) override { inner_->load(a); }
+
+ private:
+  std::unique_ptr<ht::UpdatePredictor> inner_;
+  Mode mode_;
+  double noise_;
+  int64_t observed_ = 0;  // AlternatePhases: bad for 20 observations, good for the next 20
+};
 
 }  // namespace toy
