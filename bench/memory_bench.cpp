@@ -2,7 +2,7 @@
 // on a GPT-2-small-shaped layer stack, 8-bit vs fp32 AdamW, and a hybrid predict step's peak
 // against a full step's on GPT-2 small (`predict`, not part of `all`: minutes and ~10 GiB).
 //   memory_bench [attention|recompute|optimizer|all] [threads] [reps]
-//   memory_bench predict [threads] [probe_batches] [B] [T]
+//   memory_bench predict [threads] [probe_batches] [B] [T] [adamw|adamw8bit]
 // Times are medians of `reps` interleaved runs; memory is the tracking allocator's peak of tensor
 // bytes above what was live before the measured call.
 #include <algorithm>
@@ -235,14 +235,22 @@ class FixedTokens : public ht::DataSource {
 // GPT-2 small with AdamW under the real hybrid engine (mean predictor), phases shortened so a
 // predict phase comes after three full steps. Peaks are the trainer's per-step records: absolute
 // tensor bytes, resident state included.
-void bench_predict(int64_t B, int64_t T, int64_t probe_batches) {
-  std::printf("\n# GPT-2 small, B %ld, T %ld, probe of %ld batch(es): full step vs hybrid predict step\n",
-              static_cast<long>(B), static_cast<long>(T), static_cast<long>(probe_batches));
+void bench_predict(int64_t B, int64_t T, int64_t probe_batches, const std::string& optimizer_name) {
+  std::printf("\n# GPT-2 small, B %ld, T %ld, %s, probe of %ld batch(es): full step vs hybrid predict step\n",
+              static_cast<long>(B), static_cast<long>(T), optimizer_name.c_str(), static_cast<long>(probe_batches));
   torch::manual_seed(0);
   ht::GPTConfig cfg = ht::gpt_preset("gpt2");
   auto gpt = std::make_shared<ht::GPT>(cfg);
   auto objective = ht::make_gpt_objective(gpt);
-  auto optimizer = ht::make_adamw(gpt->parameters(), ht::AdamWOptions{});
+  std::unique_ptr<ht::Optimizer> optimizer;
+  if (optimizer_name == "adamw8bit") {
+    optimizer = std::make_unique<ht::AdamW8bit>(gpt->parameters(), ht::AdamWOptions{});
+  } else if (optimizer_name == "adamw") {
+    optimizer = ht::make_adamw(gpt->parameters(), ht::AdamWOptions{});
+  } else {
+    std::fprintf(stderr, "memory_bench predict: unknown optimizer '%s' (adamw | adamw8bit)\n", optimizer_name.c_str());
+    std::exit(2);
+  }
   FixedTokens data(B, T, cfg.vocab_size);
   ht::TrainerOptions options;
   options.max_steps = 12;
@@ -278,7 +286,7 @@ void bench_predict(int64_t B, int64_t T, int64_t probe_batches) {
   }
   const ht::MemorySummary m = trainer.memory_summary();
   const int64_t resident = predict.tensor_bytes;
-  std::printf("  resident: params %.1f, grads %.1f, AdamW %.1f, hybrid %.1f (snapshot, buffers, predictor) MiB\n",
+  std::printf("  resident: params %.1f, grads %.1f, optimizer %.1f, hybrid %.1f (snapshot, buffers, predictor) MiB\n",
               m.parameter_bytes / kMiB, m.gradient_bytes / kMiB, m.optimizer_bytes / kMiB, m.strategy_bytes / kMiB);
   std::printf("  full step    peak %8.1f MiB (forward %.1f, backward %.1f, optimizer %.1f)\n", full.peak_bytes / kMiB,
               full.peak_forward_bytes / kMiB, full.peak_backward_bytes / kMiB, full.peak_optimizer_bytes / kMiB);
@@ -301,6 +309,7 @@ int main(int argc, char** argv) {
   if (what == "recompute" || what == "all") bench_recompute(reps);
   if (what == "optimizer" || what == "all") bench_optimizer(reps);
   if (what == "predict")  // reps stands for the probe's batches here
-    bench_predict(argc > 4 ? std::atoll(argv[4]) : 4, argc > 5 ? std::atoll(argv[5]) : 1024, reps);
+    bench_predict(argc > 4 ? std::atoll(argv[4]) : 4, argc > 5 ? std::atoll(argv[5]) : 1024, reps,
+                  argc > 6 ? argv[6] : "adamw");
   return 0;
 }

@@ -61,10 +61,7 @@ int run_train(const std::vector<std::string>& args) {
   set_memory_budget(c.get_bytes("memory.budget"));
   Session s = build_session(c, /*with_data=*/true);
   TrainerOptions options = trainer_options(c);
-  // Rung 2 of the memory ladder: whole-block recompute, unless it is already on.
-  options.memory.enable_recompute = [&s, &c] {
-    return c.get_string("memory.recompute") != "full" && enable_recompute(s, "full", 1);
-  };
+  set_recompute_hooks(s, c, options);
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
 

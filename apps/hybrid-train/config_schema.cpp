@@ -67,6 +67,9 @@ const std::vector<KeySpec>& config_schema() {
       {"memory.critical_fraction", T::Float, "0.95", {}, "act above this share of the budget"},
       {"memory.recompute", T::String, "none", {"none", "selective", "full"}, "activation recompute"},
       {"memory.recompute_every", T::Int, "1", {}, "full recompute: every n-th block"},
+      {"memory.recompute_warmup", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in hybrid warmup steps (inherit: memory.recompute)"},
+      {"memory.recompute_full", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in full steps (plain training's only phase)"},
+      {"memory.recompute_correct", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in hybrid correct steps; predicted steps run no backward"},
 
       // Hybrid defaults come from HybridOptions so the CLI and the library never drift apart.
       {"hybrid.predictor", T::String, H.predictor, {"mean", "regression", "last", "ema", "dmd", "rssm"}, "update predictor"},

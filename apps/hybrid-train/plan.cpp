@@ -92,12 +92,19 @@ PlanInputs plan_inputs(const Config& c) {
   in.shape.threads = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
   if (in.shape.batch < 1) throw ConfigError("data.batch_size must be >= 1");
   in.levers.optimizer = optimizer_kind(c);
-  in.levers.recompute = parse_recompute_level(c.get_string("memory.recompute"));
+  // The phase with the least recompute sets the peak.
+  const std::vector<std::string> phases =
+      c.get_string("run.mode") == "hybrid" ? std::vector<std::string>{"warmup", "full", "correct"}
+                                           : std::vector<std::string>{"full"};
+  in.levers.recompute = RecomputeLevel::Full;
+  for (const auto& phase : phases)
+    in.levers.recompute = std::min(in.levers.recompute, parse_recompute_level(recompute_for_phase(c, phase)));
   in.levers.recompute_every = c.get_int("memory.recompute_every");
   in.levers.attention = c.get_string("model.attention") == "flash" ? AttentionKind::Flash : AttentionKind::Naive;
   in.levers.mode = train_mode(c.get_string("run.mode"));
   in.levers.predictor = c.get_string("hybrid.predictor");
   in.levers.dmd_history = HybridOptions{}.dmd_history;
+  in.levers.probe_batches = c.get_int("hybrid.probe_batches");
   if (in.levers.recompute_every < 1) throw ConfigError("memory.recompute_every must be >= 1");
   if (in.kind == "gpt") {
     in.gpt = gpt_config(c);

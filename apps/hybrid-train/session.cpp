@@ -114,24 +114,28 @@ GPTConfig gpt_config(const Config& c) {
   return g;
 }
 
-bool enable_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
+bool set_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
   if (!s.gpt) return false;
   RecomputePolicy policy;
   policy.level = parse_recompute_level(level);
   policy.every_n_layers = static_cast<int>(every_n_layers);
   policy.validate();
-  if (policy.level == RecomputeLevel::Selective && s.flash_attention) {
-    return true;  // FlashAttention already keeps only q, k, v and the row logsumexp
-  }
-  if (policy.level == RecomputeLevel::Selective) {
+  const int64_t T = s.gpt->config().block_size;
+  s.recompute = to_string(policy.level);
+  // Start from no recompute: the configured attention core, blocks called plainly.
+  s.gpt->set_attention_core(s.flash_attention ? flash_attention_core()
+                                             : make_attention_core(s.gpt->config().attention, T));
+  s.gpt->set_block_runner({});
+  if (policy.level == RecomputeLevel::Selective && !s.flash_attention) {
     // The attention core's [T, T] probabilities are the largest activation per block: keep only
-    // its input and recompute it in backward (FlashAttention recomputes its tiles anyway).
-    AttentionCore naive = make_attention_core("naive", s.gpt->config().block_size);
+    // its input and recompute it in backward. FlashAttention keeps only q, k, v and the row
+    // logsumexp already, so selective changes nothing there.
+    AttentionCore naive = make_attention_core("naive", T);
     s.gpt->set_attention_core([naive](const at::Tensor& qkv, int64_t n_head, double p) {
       return recompute([=](const at::Tensor& x) { return naive(x, n_head, p); }, qkv);
     });
-    return true;
   }
+  if (policy.level != RecomputeLevel::Full) return true;
   // Full: each chosen block keeps only its input; its parameters get their gradients in backward.
   std::vector<std::vector<at::Tensor>> block_params(s.gpt->config().n_layer);
   for (const auto& kv : s.gpt->named_parameters()) {
@@ -144,6 +148,23 @@ bool enable_recompute(Session& s, const std::string& level, int64_t every_n_laye
     return recompute(block, x, block_params[layer]);
   });
   return true;
+}
+
+std::string recompute_for_phase(const Config& c, const std::string& phase) {
+  const std::string& level = c.get_string("memory.recompute_" + phase);
+  return level == "inherit" ? c.get_string("memory.recompute") : level;
+}
+
+void set_recompute_hooks(Session& s, const Config& c, TrainerOptions& options) {
+  options.memory.on_phase = [&s, &c](const std::string& phase) {
+    if (!s.recompute_forced) set_recompute(s, recompute_for_phase(c, phase), c.get_int("memory.recompute_every"));
+  };
+  options.memory.enable_recompute = [&s, &c] {
+    if (s.recompute_forced || (s.recompute == "full" && c.get_int("memory.recompute_every") == 1)) return false;
+    if (!set_recompute(s, "full", 1)) return false;
+    s.recompute_forced = true;
+    return true;
+  };
 }
 
 Session build_session(const Config& c, bool with_data) {
@@ -170,8 +191,9 @@ Session build_session(const Config& c, bool with_data) {
     s.flash_attention = c.get_string("model.attention") == "flash";
     // Flash has no attention dropout; the GPT presets here train with dropout 0.
     if (s.flash_attention) s.gpt->set_attention_core(flash_attention_core());
-    if (c.get_string("memory.recompute") != "none")
-      enable_recompute(s, c.get_string("memory.recompute"), c.get_int("memory.recompute_every"));
+    const std::string first_phase = c.get_string("run.mode") == "hybrid" ? "warmup" : "full";
+    if (recompute_for_phase(c, first_phase) != "none")
+      set_recompute(s, recompute_for_phase(c, first_phase), c.get_int("memory.recompute_every"));
     const std::string init = c.get_string("model.init_from");
     if (!init.empty()) load_gpt2_weights(*s.gpt, init);
     s.module = s.gpt;

@@ -30,16 +30,25 @@ struct Session {
   std::unique_ptr<Optimizer> optimizer;
   std::string model_summary;  // one line, e.g. "gpt tiny: 4 layers, d 128, 0.80M parameters"
   std::string data_summary;
-  bool byte_level = false;
-  bool flash_attention = false;  // model.attention = flash  // tokens are bytes: prompts and samples are plain text
+  bool byte_level = false;        // tokens are bytes: prompts and samples are plain text
+  bool flash_attention = false;   // model.attention = flash
+  std::string recompute = "none";  // the activation recompute level in force
+  bool recompute_forced = false;  // the memory ladder turned on full recompute: phases keep it
 };
 
 Session build_session(const Config& config, bool with_data);
 // model.preset with the model.* overrides applied (validated).
 GPTConfig gpt_config(const Config& config);
-// Turns on activation recompute for the session's GPT at `level` ("selective" | "full"); returns
-// false when there is no GPT. Used at start-up (memory.recompute) and by the memory-pressure ladder.
-bool enable_recompute(Session& session, const std::string& level, int64_t every_n_layers);
+// Sets activation recompute for the session's GPT to `level` ("none" | "selective" | "full"),
+// replacing whatever was in force; returns false when there is no GPT. Used at start-up, per
+// phase (MemoryPressureOptions::on_phase) and by the memory-pressure ladder.
+bool set_recompute(Session& session, const std::string& level, int64_t every_n_layers);
+// The level configured for a phase ("warmup" | "full" | "correct"): memory.recompute_<phase>,
+// or memory.recompute where that says "inherit".
+std::string recompute_for_phase(const Config& config, const std::string& phase);
+// Wires recompute into the trainer: per phase (MemoryPressureOptions::on_phase) and as rung 2 of
+// the memory-pressure ladder, which turns on full recompute for good. Both must outlive the trainer.
+void set_recompute_hooks(Session& session, const Config& config, TrainerOptions& options);
 TrainerOptions trainer_options(const Config& config);
 // The step strategy run.mode asks for: null for plain, the hybrid engine, or Lookahead.
 std::unique_ptr<StepStrategy> build_strategy(const Config& config);

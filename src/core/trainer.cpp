@@ -160,7 +160,11 @@ FullStepResult Trainer::full_step_once() {
   return r;
 }
 
-FullStepResult Trainer::full_step() {
+FullStepResult Trainer::full_step(const std::string& phase) {
+  if (phase != last_phase_) {
+    if (options_.memory.on_phase) options_.memory.on_phase(phase);
+    last_phase_ = phase;
+  }
   const DataCursor start = data_.cursor();
   for (int attempt = 0;; ++attempt) {
     try {

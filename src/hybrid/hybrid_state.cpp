@@ -9,7 +9,8 @@ namespace ht {
 
 void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   using archive_io::put;
-  put(a, "version", int64_t{1});
+  // Version 2: trajectory predictors keep strided samples instead of the full last prediction.
+  put(a, "version", int64_t{2});
   put(a, "predictor_name", predictor_->name());
   torch::serialize::OutputArchive c(a.compilation_unit()), d(a.compilation_unit()),
       s(a.compilation_unit()), p(a.compilation_unit());
@@ -29,9 +30,12 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "stretch_open", stretch_open_);
   put(a, "last_scale", last_scale_);
   // Trajectory predictors compare the next stretch with the last applied prediction.
-  const bool keep = predictor_->input() == UpdatePredictor::Input::Weights && measure_next_;
-  put(a, "has_prediction", keep);
-  if (keep) archive_io::put_tensors(a, "prediction", predicted_);
+  const bool samples = predictor_->input() == UpdatePredictor::Input::Weights && !first_sample_.empty();
+  put(a, "has_samples", samples);
+  if (samples) {
+    archive_io::put_tensors(a, "first_sample", first_sample_);
+    archive_io::put_tensors(a, "applied_sample", applied_sample_);
+  }
   put(a, "measure_next", measure_next_);
   put(a, "measure_ahead", measure_ahead_);
   put(a, "measure_scale", measure_scale_);
@@ -80,6 +84,11 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
     throw std::runtime_error("hybrid state was saved with predictor \"" + name + "\", this run uses \"" +
                              predictor_->name() + "\": resume with the same hybrid.predictor");
   }
+  if (get_int(a, "version") < 2) {
+    throw std::runtime_error("hybrid state in this checkpoint is version " + std::to_string(get_int(a, "version")) +
+                             " (an earlier build); this build reads version 2: start the run again or "
+                             "resume it with the build that wrote it");
+  }
   torch::serialize::InputArchive c, d, s, p;
   a.read("controller", c);
   a.read("divergence", d);
@@ -96,7 +105,10 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   stretch_n_ = get_int(a, "stretch_n");
   stretch_open_ = get_bool(a, "stretch_open");
   last_scale_ = get_double(a, "last_scale");
-  if (get_bool(a, "has_prediction")) get_tensors_into(a, "prediction", predicted_);
+  if (get_bool(a, "has_samples")) {
+    get_tensors_into(a, "first_sample", first_sample_);
+    get_tensors_into(a, "applied_sample", applied_sample_);
+  }
   measure_next_ = get_bool(a, "measure_next");
   measure_ahead_ = get_int(a, "measure_ahead");
   measure_scale_ = get_double(a, "measure_scale");

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -67,15 +68,23 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
     if (!buffers.empty()) return;
     for (const auto& p : params_) buffers.push_back(torch::zeros(p.sizes(), p.options().requires_grad(false)));
   };
-  if (predictor_->input() == UpdatePredictor::Input::Updates) allocate(before_);
-  allocate(delta_);
-  allocate(predicted_);
+  if (predictor_->input() == UpdatePredictor::Input::Updates) {
+    allocate(before_);
+    allocate(delta_);
+    allocate(predicted_);
+  } else {
+    sampler_.init(params_);
+    // A checkpoint may have filled them already.
+    if (first_sample_.empty()) first_sample_ = sampler_.make_buffers(params_);
+    if (applied_sample_.empty()) applied_sample_ = sampler_.make_buffers(params_);
+  }
   group_ = layer_groups(static_cast<int64_t>(params_.size()), opt_.groups);
   num_groups_ = group_.back() + 1;
   snapshot_.allocate(state_, opt_.snapshot_on_host);
   max_steps_ = trainer.options().max_steps;
   summary_.snapshot_bytes = snapshot_.bytes();
-  summary_.buffer_bytes = tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_);
+  summary_.buffer_bytes = tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_) +
+                          tensor_bytes(first_sample_) + tensor_bytes(applied_sample_);
   buffers_ready_ = true;
 }
 
@@ -90,7 +99,7 @@ void HybridStrategy::log_transition(Trainer& trainer, const std::string& what) {
 
 int64_t HybridStrategy::state_bytes() const {
   return snapshot_.bytes() + tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_) +
-         predictor_->state_bytes();
+         tensor_bytes(first_sample_) + tensor_bytes(applied_sample_) + predictor_->state_bytes();
 }
 
 void HybridStrategy::update_loss_stats(double loss) {
@@ -127,7 +136,7 @@ TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult
   return f;
 }
 
-FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepRecord& rec) {
+FullStepResult HybridStrategy::real_step(Trainer& trainer, Phase phase, bool record, StepRecord& rec) {
   have_decision_loss_ = false;  // the weights are about to move
   const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
   // A trajectory is consecutive real steps; predicted steps, an unrecorded stretch or a stretch
@@ -139,7 +148,7 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) before_[i].copy_(params_[i]);
   }
-  const FullStepResult r = trainer.full_step();
+  const FullStepResult r = trainer.full_step(phase_name(phase));
   const double lr = trainer.optimizer().lr();
   if (record) {
     if (fresh) {
@@ -156,12 +165,16 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
       }
       if (measure) {
         measure_scale_ *= lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0;
-        measure_prediction_error(rec);
+        measure_prediction_error(delta_, predicted_, measure_scale_, rec);
       }
       predictor_->observe(delta_, features(trainer, r));
       lr_observed_ = lr;
       measure_next_ = false;
     } else {
+      if (stretch_n_ == 1) {
+        torch::NoGradGuard no_grad;
+        sampler_.gather(params_, first_sample_);
+      }
       predictor_->observe_weights(params_, features(trainer, r));
     }
   }
@@ -178,11 +191,14 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, bool record, StepReco
 void HybridStrategy::end_stretch(Trainer& trainer, StepRecord& rec) {
   predictor_->end_stretch(params_);
   if (measure_next_) {
-    // The drift of the new stretch against the update the last predict phase applied per step,
-    // both at that phase's scale.
-    predictor_->predict_into(delta_, 2, last_scale_);
-    measure_scale_ = 1.0;
-    measure_prediction_error(rec);
+    // The drift per step of the new stretch, at the last predict phase's scale, against the
+    // update that phase applied per step.
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> drift = sampler_.make_buffers(params_);
+    sampler_.gather(params_, drift);
+    const double per_step = last_scale_ / static_cast<double>(std::max<int64_t>(1, stretch_n_ - 1));
+    for (size_t i = 0; i < drift.size(); ++i) drift[i].sub_(first_sample_[i]).mul_(per_step);
+    measure_prediction_error(drift, applied_sample_, 1.0, rec);
   }
   lr_observed_ = trainer.optimizer().lr();
   ahead_ = 0;
@@ -190,19 +206,20 @@ void HybridStrategy::end_stretch(Trainer& trainer, StepRecord& rec) {
   stretch_open_ = false;
 }
 
-void HybridStrategy::measure_prediction_error(StepRecord& rec) {
+void HybridStrategy::measure_prediction_error(const std::vector<at::Tensor>& truth,
+                                              const std::vector<at::Tensor>& predicted, double s,
+                                              StepRecord& rec) {
   // Per tensor: cosine between the predicted and the true update, and |true - predicted| / |true|;
   // aggregated weighted by element count.
   torch::NoGradGuard no_grad;
-  const double s = measure_scale_;
   double cos_sum = 0.0, err_sum = 0.0, weight = 0.0;
-  for (size_t i = 0; i < delta_.size(); ++i) {
-    const at::Tensor d = delta_[i].reshape({-1});
-    const at::Tensor p = predicted_[i].reshape({-1});
+  for (size_t i = 0; i < truth.size(); ++i) {
+    const at::Tensor d = truth[i].reshape({-1});
+    const at::Tensor p = predicted[i].reshape({-1});
     const double dp = at::dot(d, p).item<double>() * s;
     const double dd = at::dot(d, d).item<double>();
     const double pp = at::dot(p, p).item<double>() * s * s;
-    const double w = static_cast<double>(d.numel());
+    const double w = static_cast<double>(params_[i].numel());
     const double cos = (dd > 0.0 && pp > 0.0) ? dp / std::sqrt(dd * pp) : 0.0;
     const double err = dd > 0.0 ? std::sqrt(std::max(0.0, dd - 2.0 * dp + pp) / dd) : 0.0;
     cos_sum += w * cos;
@@ -252,20 +269,35 @@ void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
 }
 
 void HybridStrategy::enter_predict(Trainer& trainer) {
-  // Predicted steps never read gradients: hand their memory back to the allocator's cache for the
-  // phase, before the probe's forward (the next backward re-creates them from the cache). On
-  // GPT-2 small this is 475 MiB of the predict step's peak.
-  for (const auto& p : trainer.optimizer().parameters()) p.mutable_grad() = at::Tensor();
+  release_gradients(trainer);  // a checkpoint resumed into the phase may have made them again
   if (!have_probe_ || !have_decision_loss_ || phases_on_probe_ >= kProbeRefreshPhases) {
     // Several training batches in one probe: the sign of a paired loss difference on a single
-    // batch is mostly that batch's noise when the true change per step is small.
-    std::vector<at::Tensor> inputs, targets;
+    // batch is mostly that batch's noise when the true change per step is small. Copied into
+    // place one batch at a time, after the old probe is gone: the step's peak holds the probe
+    // and one batch, not two probes.
+    probe_ = Batch{};
+    int64_t filled = 0;
     for (int64_t i = 0; i < opt_.probe_batches; ++i) {
-      Batch b = trainer.data().next_train_batch();
-      inputs.push_back(b.input);
-      targets.push_back(b.target);
+      const Batch b = trainer.data().next_train_batch();
+      const int64_t rows = b.input.size(0);
+      if (i == 0) {
+        auto sized = [&](const at::Tensor& t) {
+          std::vector<int64_t> shape = t.sizes().vec();
+          shape[0] = rows * opt_.probe_batches;
+          return at::empty(shape, t.options());
+        };
+        probe_ = Batch{sized(b.input), sized(b.target)};
+      }
+      if (filled + rows <= probe_.input.size(0)) {
+        probe_.input.narrow(0, filled, rows).copy_(b.input);
+        probe_.target.narrow(0, filled, rows).copy_(b.target);
+      } else {  // a larger batch than the first (rare: epoch boundaries)
+        probe_ = Batch{torch::cat({probe_.input.narrow(0, 0, filled), b.input}),
+                       torch::cat({probe_.target.narrow(0, 0, filled), b.target})};
+      }
+      filled += rows;
     }
-    probe_ = inputs.size() == 1 ? Batch{inputs[0], targets[0]} : Batch{torch::cat(inputs), torch::cat(targets)};
+    probe_ = Batch{probe_.input.narrow(0, 0, filled), probe_.target.narrow(0, 0, filled)};
     have_probe_ = true;
     phases_on_probe_ = 0;
     decision_loss_ = probe_loss(trainer, probe_);
@@ -283,6 +315,13 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
   div_.start_phase();
   div_.observe_verified(ref_loss_);
   ++summary_.phases_predict;
+}
+
+void HybridStrategy::release_gradients(Trainer& trainer) {
+  // Predicted steps never read gradients: hand their memory back to the allocator's cache for the
+  // phase (the next backward re-creates them from the cache). On GPT-2 small this is 475 MiB of
+  // the predict step's peak.
+  for (const auto& p : trainer.optimizer().parameters()) p.mutable_grad() = at::Tensor();
 }
 
 void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_loss) {
@@ -355,11 +394,17 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   const double lr = trainer.optimizer().lr();
   ++ahead_;
   const double scale = (lr_observed_ > 0.0 ? lr / lr_observed_ : 1.0) * ctl_.step_scale();
-  predictor_->predict_into(predicted_, ahead_, scale);
   last_scale_ = scale;
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i]);
+    if (predictor_->input() == UpdatePredictor::Input::Updates) {
+      predictor_->predict_into(predicted_, ahead_, scale);
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].add_(predicted_[i]);
+    } else {
+      sampler_.gather(params_, applied_sample_);
+      predictor_->add_prediction_to(params_, ahead_, scale);
+      sampler_.gather_minus(params_, applied_sample_);
+    }
   }
   ++summary_.predicted_applied;
   have_decision_loss_ = false;
@@ -435,9 +480,10 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
 void HybridStrategy::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
   // The step is not lost: it becomes the first correct step, a real one from the restored point.
   const auto t0 = Clock::now();
-  real_step(trainer, predictor_->input() == UpdatePredictor::Input::Updates, rec);
+  real_step(trainer, Phase::Correct, predictor_->input() == UpdatePredictor::Input::Updates, rec);
   rec.phase = phase_name(Phase::Correct);
   log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
+  if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
   stretch_ms_ += ms_since(t0);
   ++stretch_steps_;
 }
@@ -464,7 +510,7 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
     const bool record = ctl_.recording() && (updates || phase == Phase::Full);
     if (phase == Phase::Full && !ctl_.recording()) ++held_steps_;
     const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
-    const FullStepResult r = real_step(trainer, record, rec);
+    const FullStepResult r = real_step(trainer, phase, record, rec);
     if (first_correct) {
       const std::string why = div_.check_grad(r.grad_norm);
       if (!why.empty()) {
@@ -482,6 +528,8 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
     const double ms = ms_since(t0);
     ema(record ? summary_.recorded_step_ms : summary_.plain_step_ms, ms, kTimeEma);
     log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
+    // Free the gradients now, not in the first predicted step: its peak would still hold them.
+    if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
     stretch_ms_ += ms;
     ++stretch_steps_;
   }

@@ -89,6 +89,10 @@ class MeanPredictor : public TrajectoryPredictor {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < out.size(); ++i) at::mul_out(out[i], a_[i], scale);
   }
+  void add_prediction_to(std::vector<at::Tensor>& params, int64_t, double scale) override {
+    check_ready("add_prediction_to");
+    for (size_t i = 0; i < params.size(); ++i) params[i].add_(a_[i], scale);
+  }
 };
 
 class RegressionPredictor : public TrajectoryPredictor {
@@ -138,6 +142,13 @@ class RegressionPredictor : public TrajectoryPredictor {
       } else {
         at::mul_out(out[i], b_[i], scale);
       }
+    }
+  }
+  void add_prediction_to(std::vector<at::Tensor>& params, int64_t steps_ahead, double scale) override {
+    check_ready("add_prediction_to");
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (steps_ahead == 1) params[i].add_(a_[i]);
+      params[i].add_(b_[i], scale);
     }
   }
 };

@@ -50,11 +50,12 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
   e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
   if (levers.mode == TrainMode::Lookahead) e.mode_state = copy;  // slow weights
   if (levers.mode != TrainMode::Hybrid) return;
-  // hybrid_strategy.cpp: rollback snapshot, delta_ and predicted_ buffers, plus before_ when the
-  // predictor consumes updates rather than weights; then the predictor's own state.
+  // hybrid_strategy.cpp: the rollback snapshot; predictors that consume updates also need the
+  // before_, delta_ and predicted_ buffers (trajectory predictors add in place and measure on
+  // samples of a few KiB); then the predictor's own state.
   const std::string& p = levers.predictor;
   const bool weights_input = p == "mean" || p == "regression";
-  int64_t copies = 3 + (weights_input ? 0 : 1);
+  int64_t copies = weights_input ? 1 : 4;
   if (p == "regression") copies += 2;                    // a_, b_
   else if (p == "mean" || p == "last" || p == "ema" || p == "rssm") copies += 1;  // a_ / avg_ / ema_
   e.mode_state = copies * copy;
@@ -151,15 +152,23 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   const int64_t Bm = (shape.batch + splits - 1) / splits;
   const int64_t T = shape.context, C = g.n_embd, V = g.vocab_size, nh = g.n_head;
   const int64_t N = Bm * T;
-  BlockTensors t{};
-  t.tok1 = blk(N * C * kF32);
-  t.tok3 = blk(N * 3 * C * kF32);
-  t.tok4 = blk(N * 4 * C * kF32);
-  t.stat = blk(N * kF32);
-  t.probs = blk(Bm * nh * T * T * kF32);
-  t.lse = blk(Bm * nh * T * kF32);
-  t.tile = blk(T * T * kF32);
-  t.dw_max = blk(4 * C * C * kF32);
+  auto block_tensors = [&](int64_t rows) {  // rows: sequences in the forward
+    const int64_t n = rows * T;
+    BlockTensors b{};
+    b.tok1 = blk(n * C * kF32);
+    b.tok3 = blk(n * 3 * C * kF32);
+    b.tok4 = blk(n * 4 * C * kF32);
+    b.stat = blk(n * kF32);
+    b.probs = blk(rows * nh * T * T * kF32);
+    b.lse = blk(rows * nh * T * kF32);
+    b.tile = blk(T * T * kF32);
+    b.dw_max = blk(4 * C * C * kF32);
+    return b;
+  };
+  const BlockTensors t = block_tensors(Bm);
+  // Hybrid keeps its verification probe (token ids and targets of probe_batches batches).
+  const int64_t probe_rows = shape.batch * levers.probe_batches;
+  if (levers.mode == TrainMode::Hybrid) e.mode_state += 2 * blk(probe_rows * T * kI64);
 
   // Which blocks keep what (session.cpp): Full recomputes blocks 0, n, 2n, ... whole and leaves
   // the others plain; Selective wraps naive attention in recompute (flash needs nothing more).
@@ -210,14 +219,24 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
     }
   }
 
-  // A forward without grad (evaluation, hybrid's predicted and verified steps): one block's
-  // temporaries at a time. MLP: x, the attention branch a, h, ln_2 out, c_fc out, GELU out.
-  const int64_t mlp_nograd = 4 * t.tok1 + 2 * t.tok4;
-  const int64_t attn_nograd = levers.attention == AttentionKind::Flash
-                                  ? 2 * t.tok1 + t.tok3 + t.tok1 + t.lse
-                                  : 2 * t.tok1 + t.tok3 + t.probs + t.tok1 + shape.threads * t.tile;
-  const int64_t head_nograd = 2 * t.tok1 + 2 * chunk;
-  e.predict_peak = resident + batch + std::max({mlp_nograd, attn_nograd, head_nograd});
+  // A forward without grad: one block's temporaries at a time. MLP: x, the attention branch a,
+  // h, ln_2 out, c_fc out, GELU out. Evaluation runs with the gradients resident on a data
+  // batch; hybrid's predicted steps free the gradients and verify on the probe (already counted).
+  auto nograd_temporaries = [&](int64_t rows) {
+    const BlockTensors f = block_tensors(rows);
+    const int64_t mlp = 4 * f.tok1 + 2 * f.tok4;
+    const int64_t attn = levers.attention == AttentionKind::Flash
+                             ? 2 * f.tok1 + f.tok3 + f.tok1 + f.lse
+                             : 2 * f.tok1 + f.tok3 + f.probs + f.tok1 + shape.threads * f.tile;
+    const int64_t rows_in_chunk = std::clamp<int64_t>(kHeadChunkElements / V, 1, rows * T);
+    const int64_t head = 2 * f.tok1 + 2 * blk(rows_in_chunk * V * kF32);
+    return std::max({mlp, attn, head});
+  };
+  if (levers.mode == TrainMode::Hybrid) {
+    e.predict_peak = resident - e.grads + nograd_temporaries(probe_rows);
+  } else {
+    e.predict_peak = resident + batch + nograd_temporaries(Bm);
+  }
   if (e.predict_peak > e.peak) {
     e.peak = e.predict_peak;
     e.peak_at = "forward without grad";
@@ -272,10 +291,18 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
     throw std::invalid_argument("estimate_classifier_memory: unknown model '" + kind +
                                 "'; valid: mlp, cnn");
   }
+  // Hybrid keeps its verification probe: probe_batches batches of images and labels.
+  if (levers.mode == TrainMode::Hybrid) e.mode_state += levers.probe_batches * images;
   e.activations = images + saved;
   e.transient = back;
   e.peak = e.resident() + e.activations + e.transient;
-  e.predict_peak = e.resident() + images + saved;
+  // Without grad the same tensors come and go; hybrid verifies on the probe with the gradients
+  // freed (sizes scaled, not re-rounded: a few % on small batches).
+  if (levers.mode == TrainMode::Hybrid) {
+    e.predict_peak = e.resident() - e.grads + levers.probe_batches * saved;
+  } else {
+    e.predict_peak = e.resident() + images + saved;
+  }
   e.peak_at = "backward";
   return e;
 }

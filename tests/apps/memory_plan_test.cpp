@@ -46,6 +46,8 @@ class ShapedData : public DataSource {
 struct Measured {
   int64_t estimate = 0;
   int64_t peak = 0;  // max over the steps of the allocator's per-step peak, above what lived before
+  int64_t predict_estimate = 0;
+  int64_t predict_peak = 0;  // the same over hybrid's predicted steps only
 };
 
 Measured run_steps(const std::vector<std::string>& overrides, int steps = 2,
@@ -57,6 +59,7 @@ Measured run_steps(const std::vector<std::string>& overrides, int steps = 2,
   Measured m;
   const MemoryEstimate e = cli::estimate_memory(in);
   m.estimate = e.peak;
+  m.predict_estimate = e.predict_peak;
   release_cached_blocks();
   const int64_t before = allocator_stats().current_bytes;
   cli::Session s = cli::build_session(c, /*with_data=*/false);
@@ -73,6 +76,7 @@ Measured run_steps(const std::vector<std::string>& overrides, int steps = 2,
       // carries the step's overall peak.
       const StepRecord r = trainer.train_step();
       m.peak = std::max(m.peak, r.peak_bytes - before);
+      if (r.phase == "predict") m.predict_peak = std::max(m.predict_peak, r.peak_bytes - before);
     }
   } catch (...) {
     set_memory_budget(0);
@@ -161,6 +165,26 @@ INSTANTIATE_TEST_SUITE_P(
                  {"model.preset=gpt2", "data.batch_size=8", "data.context=1024",
                   "model.attention=flash", "memory.recompute=full", "optim.name=adamw8bit"}}),
     [](const ::testing::TestParamInfo<PlanCase>& info) { return std::string(info.param.name); });
+
+// Hybrid's predicted steps: gradients freed, a no-grad forward on the probe (probe_batches
+// batches at once) next to the snapshot and the predictor's state.
+TEST(MemoryPlan, HybridPredictStepPeakWithinTenPercent) {
+  const std::vector<std::string> hybrid = {"run.mode=hybrid", "hybrid.warmup_steps=1", "hybrid.full_steps=2",
+                                           "hybrid.min_predict_steps=3"};
+  for (const auto& base : {mid_gpt({}), tiny({"hybrid.probe_batches=3"}),
+                           std::vector<std::string>{"model.kind=mlp", "data.dataset=fashion-mnist",
+                                                    "data.batch_size=256"}}) {
+    std::vector<std::string> overrides = base;
+    overrides.insert(overrides.end(), hybrid.begin(), hybrid.end());
+    const Measured m = run_steps(overrides, 6);
+    ASSERT_GT(m.predict_peak, 0) << "no predicted step in 6";
+    std::printf("[plan] predict step: estimate %8.2f MiB, measured %8.2f MiB (%+.1f %%)\n",
+                m.predict_estimate / 1048576.0, m.predict_peak / 1048576.0,
+                100.0 * (m.predict_estimate - m.predict_peak) / m.predict_peak);
+    EXPECT_NEAR(static_cast<double>(m.predict_estimate), static_cast<double>(m.predict_peak), 0.10 * m.predict_peak)
+        << base.front();
+  }
+}
 
 // recommend() on a budget the plain config overflows: the settings it returns must train within
 // that budget under the allocator's hard limit.

@@ -39,6 +39,10 @@ struct MemoryPressureOptions {
   double warn_fraction = 0.85;
   double critical_fraction = 0.95;
   std::function<bool()> enable_recompute;  // returns false when there is nothing more to turn on
+  // Called before a full step whose phase ("warmup", "full", "correct"; plain training: "full")
+  // differs from the previous full step's: lets the app choose activation recompute per phase.
+  // Predicted steps run no backward, so recompute has nothing to save there.
+  std::function<void(const std::string& phase)> on_phase;
   int64_t max_micro_splits = 64;
   std::string emergency_checkpoint_path;   // default: <checkpoint.dir>/emergency.ht or ./emergency.ht
 };
@@ -122,7 +126,8 @@ class Trainer {
   // Forward + backward + clip + optimizer step on the next grad_accum batches. Sets the lr from
   // the schedule. Throws TrainingError on a non-finite loss or gradient, naming the step.
   // Under memory pressure it walks the ladder in MemoryPressureOptions and retries.
-  FullStepResult full_step();
+  // `phase` names the step for MemoryPressureOptions::on_phase.
+  FullStepResult full_step(const std::string& phase = "full");
   void set_lr_for_current_step();
   // Loss of a batch without building a graph (verification forwards, predict steps).
   double forward_loss(const Batch& batch);
@@ -167,6 +172,7 @@ class Trainer {
   std::chrono::steady_clock::time_point last_checkpoint_time_;
   int64_t last_checkpoint_step_ = 0;
   bool recompute_tried_ = false;  // the ladder's second rung is taken once per run
+  std::string last_phase_;        // of the last full step, for MemoryPressureOptions::on_phase
   int64_t last_batch_rows_ = 0;   // rows of the last batch drawn: the ladder cannot split past it
   MemoryMonitor memory_;
   // Budget watch: 0 normal, 1 above warn, 2 above critical (cache released), 3 recompute tried.

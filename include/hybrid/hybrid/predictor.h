@@ -47,6 +47,10 @@ class UpdatePredictor {
   // steps_ahead after the last observed one (1 = the next), when one predicted step stands for
   // `scale` observed ones (learning-rate ratio x confidence multiplier).
   virtual void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale = 1.0) = 0;
+  // Adds that same update to `params` in place (the caller holds a NoGradGuard). The default
+  // writes it into temporaries the size of the model first; trajectory predictors add their
+  // stored direction directly, so a predict step needs no model-sized buffer of its own.
+  virtual void add_prediction_to(std::vector<at::Tensor>& params, int64_t steps_ahead, double scale = 1.0);
 
   // Predicted relative change of the training loss over the next steps_ahead steps
   // (e.g. -0.01 = 1 % lower); NaN when the predictor does not model the loss.

@@ -14,6 +14,7 @@
 #include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor.h"
 #include "hybrid/hybrid/snapshot.h"
+#include "hybrid/hybrid/update_sample.h"
 
 namespace ht {
 
@@ -62,7 +63,7 @@ class HybridStrategy : public StepStrategy {
 
  private:
   void ensure_buffers(Trainer& trainer);
-  FullStepResult real_step(Trainer& trainer, bool record, StepRecord& rec);
+  FullStepResult real_step(Trainer& trainer, Phase phase, bool record, StepRecord& rec);
   void end_stretch(Trainer& trainer, StepRecord& rec);
   bool predicted_step(Trainer& trainer, StepRecord& rec);  // true: rolled back
   void correct_after_rollback(Trainer& trainer, StepRecord& rec);
@@ -73,7 +74,11 @@ class HybridStrategy : public StepStrategy {
   void measure_probe_before_decision(Trainer& trainer);
   double probe_loss(Trainer& trainer, const Batch& batch);
   double batch_loss(Trainer& trainer, const Batch& batch);
-  void measure_prediction_error(StepRecord& rec);
+  // Cosine and relative error of `predicted` x predicted_scale against `truth`, per tensor,
+  // weighted by the parameters' element counts (the vectors may hold samples of the tensors).
+  void measure_prediction_error(const std::vector<at::Tensor>& truth, const std::vector<at::Tensor>& predicted,
+                                double predicted_scale, StepRecord& rec);
+  void release_gradients(Trainer& trainer);
   TrainingFeatures features(Trainer& trainer, const FullStepResult& r);
   void update_loss_stats(double loss);
   void log_transition(Trainer& trainer, const std::string& what);
@@ -87,9 +92,16 @@ class HybridStrategy : public StepStrategy {
   // Parameter handles (shared storage with the model) and preallocated per-parameter buffers.
   std::vector<at::Tensor> params_;     // the optimizer's parameters
   std::vector<at::Tensor> state_;      // params_ + floating module buffers: what a rollback restores
-  std::vector<at::Tensor> before_;     // weights before a recorded step (update predictors only)
-  std::vector<at::Tensor> delta_;      // the update that step made
-  std::vector<at::Tensor> predicted_;  // predictor output
+  // Update predictors only: model-sized buffers for the weights before a recorded step, the
+  // update it made and the predictor's output, which the next recorded step is measured against.
+  std::vector<at::Tensor> before_;
+  std::vector<at::Tensor> delta_;
+  std::vector<at::Tensor> predicted_;
+  // Trajectory predictors add their prediction in place and are measured on strided samples:
+  // the weights at the stretch's first recorded step and the last predicted update applied.
+  UpdateSampler sampler_;
+  std::vector<at::Tensor> first_sample_;
+  std::vector<at::Tensor> applied_sample_;
   std::vector<int64_t> group_;         // layer group of each parameter
   int64_t num_groups_ = 0;
   int64_t max_steps_ = 0;

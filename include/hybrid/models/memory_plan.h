@@ -28,6 +28,7 @@ struct MemoryLevers {
   TrainMode mode = TrainMode::Plain;
   std::string predictor = "mean";  // hybrid.predictor: decides the predictor's state
   int64_t dmd_history = 8;         // dmd predictor: weight deltas it keeps
+  int64_t probe_batches = 2;       // hybrid.probe_batches: batches in the verification forward
 };
 
 struct TrainShape {
@@ -46,7 +47,9 @@ struct MemoryEstimate {
   int64_t mode_state = 0;    // hybrid snapshot + buffers + predictor, or Lookahead's slow weights
   int64_t activations = 0;   // saved for backward (and the data batch) at the peak moment
   int64_t transient = 0;     // workspace and gradients in flight at the peak moment
-  int64_t predict_peak = 0;  // a forward without grad (hybrid's predicted/verified steps)
+  // A forward without grad: evaluation, or (hybrid) a predicted step's verification forward on
+  // the probe, with the gradients freed.
+  int64_t predict_peak = 0;
   int64_t peak = 0;          // max over the step: what allocator_stats().peak_bytes reports
   std::string peak_at;       // where the peak happens, e.g. "LM head (end of forward)"
 
