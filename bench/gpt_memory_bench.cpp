@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
       {"selective recompute", {"memory.recompute=selective"}},
       {"full recompute", {"memory.recompute=full"}},
       {"flash attention", {"model.attention=flash"}},
+      {"flash + selective", {"model.attention=flash", "memory.recompute=selective"}},
       {"8-bit AdamW", {"optim.name=adamw8bit"}},
       {"all together", {"model.attention=flash", "memory.recompute=full", "optim.name=adamw8bit"}},
   };

@@ -126,6 +126,7 @@ bool set_recompute(Session& s, const std::string& level, int64_t every_n_layers)
   s.gpt->set_attention_core(s.flash_attention ? flash_attention_core()
                                              : make_attention_core(s.gpt->config().attention, T));
   s.gpt->set_block_runner({});
+  s.gpt->set_recompute_gelu(policy.level == RecomputeLevel::Selective);
   if (policy.level == RecomputeLevel::Selective && !s.flash_attention) {
     // The attention core's [T, T] probabilities are the largest activation per block: keep only
     // its input and recompute it in backward. FlashAttention keeps only q, k, v and the row

@@ -144,8 +144,6 @@ bool RecomputePolicy::recompute_block(int layer) const {
   return level == RecomputeLevel::Full && every_n_layers >= 1 && layer % every_n_layers == 0;
 }
 
-bool RecomputePolicy::recompute_gelu(int layer) const {
-  return level != RecomputeLevel::None && !recompute_block(layer);
-}
+bool RecomputePolicy::recompute_gelu(int /*layer*/) const { return level == RecomputeLevel::Selective; }
 
 }  // namespace ht

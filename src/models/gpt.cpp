@@ -155,6 +155,10 @@ void GPT::set_attention_core(AttentionCore core) {
 
 void GPT::set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
 
+void GPT::set_recompute_gelu(bool on) {
+  for (auto& b : blocks_) b->mlp->recompute_gelu = on;
+}
+
 const at::Tensor& GPT::token_embedding() const { return wte_->weight; }
 
 int64_t count_parameters(const torch::nn::Module& module) {

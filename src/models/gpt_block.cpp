@@ -4,6 +4,7 @@
 
 #include "hybrid/models/gelu.h"
 #include "hybrid/models/linear.h"
+#include "hybrid/memory/recompute.h"
 
 namespace ht {
 
@@ -36,7 +37,10 @@ GPTMLPImpl::GPTMLPImpl(int64_t n_embd) {
 }
 
 at::Tensor GPTMLPImpl::forward(const at::Tensor& x) {
-  return c_proj(gelu_tanh(c_fc(x)));
+  const auto u = c_fc(x);  // [B, T, 4C]
+  if (!recompute_gelu) return c_proj(gelu_tanh(u));
+  return recompute([this](const at::Tensor& v) { return c_proj(gelu_tanh(v)); }, u,
+                   {c_proj->weight, c_proj->bias});
 }
 
 GPTBlock::GPTBlock(int64_t n_embd, int64_t n_head) {

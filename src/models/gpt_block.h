@@ -35,6 +35,9 @@ class GPTMLPImpl : public torch::nn::Module {
   explicit GPTMLPImpl(int64_t n_embd);
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
   Conv1D c_fc{nullptr}, c_proj{nullptr};
+  // Selective recompute: c_proj's input (the GELU output, [B, T, 4C]) is rebuilt in backward
+  // from c_fc's output, which GELU's backward keeps anyway.
+  bool recompute_gelu = false;
 };
 TORCH_MODULE(GPTMLP);
 

@@ -86,22 +86,27 @@ struct BlockTensors {
   int64_t dw_max;            // largest weight gradient in flight ([C, 4C])
 };
 
-enum class LayerKind { Plain, SelectiveAttention, Recomputed };
+// Selective: the MLP's GELU output is rebuilt in backward, and so is naive attention's core.
+enum class LayerKind { Plain, Selective, Recomputed };
 
 // What a block keeps for backward after its forward ran.
 int64_t saved_bytes(const BlockTensors& t, LayerKind kind, AttentionKind attention) {
   if (kind == LayerKind::Recomputed) return t.tok1 + kRngStateBytes;  // its input only
   // x (ln_1 input), ln_1 out, c_proj input y, h (ln_2 input), ln_2 out: 5 x [N, C];
-  // qkv; c_fc out (GELU input) and GELU out (c_proj input); four LayerNorm statistics.
+  // qkv; c_fc out (GELU input) and GELU out (c_proj input; Selective: rebuilt in backward);
+  // four LayerNorm statistics.
   int64_t b = 5 * t.tok1 + t.tok3 + 2 * t.tok4 + 4 * t.stat;
+  if (kind == LayerKind::Selective) b += kRngStateBytes - t.tok4;
   if (attention == AttentionKind::Flash) return b + t.lse;   // q|k|v views and y: no T x T
-  if (kind == LayerKind::SelectiveAttention) return b + kRngStateBytes;  // qkv only
+  if (kind == LayerKind::Selective) return b + kRngStateBytes;  // qkv only
   return b + t.probs;
 }
 
 // Bytes of the part of a block that backward frees first (the MLP half: h, ln_2 out and stats,
 // c_fc out, GELU out) - gone when the attention half's backward runs.
-int64_t mlp_half_bytes(const BlockTensors& t) { return 2 * t.tok1 + 2 * t.stat + 2 * t.tok4; }
+int64_t mlp_half_bytes(const BlockTensors& t, LayerKind kind) {
+  return 2 * t.tok1 + 2 * t.stat + (kind == LayerKind::Selective ? t.tok4 : 2 * t.tok4);
+}
 
 // Live bytes of block `kind`'s own tensors at the worst moment of its backward (the gradient
 // arriving at its output is counted by the caller).
@@ -112,7 +117,9 @@ int64_t backward_bytes(const BlockTensors& t, LayerKind kind, AttentionKind atte
   int64_t held = saved_bytes(t, inner, attention);
   if (kind == LayerKind::Recomputed) held += t.tok1 + kRngStateBytes;
   // MLP half: c_proj's dx [N, 4C] and dW, then GELU's dx while c_fc out is still saved.
-  const int64_t mlp = held + t.tok4 + t.dw_max;
+  // Selective first re-runs GELU and c_proj: their outputs join what was saved.
+  int64_t mlp = held + t.tok4 + t.dw_max;
+  if (kind == LayerKind::Selective) mlp += t.tok4 + t.tok1;
   // Attention half: the gradient into attn.c_proj's input, then the core's backward.
   int64_t core = 0;
   if (attention == AttentionKind::Flash) {
@@ -121,9 +128,9 @@ int64_t backward_bytes(const BlockTensors& t, LayerKind kind, AttentionKind atte
     core = 3 * t.tok1 + t.tok3;
   } else {
     core = t.tok3 + 2 * threads * t.tile;  // d qkv, per-thread dp and ds tiles
-    if (kind == LayerKind::SelectiveAttention) core += t.probs + t.tok1;  // re-run: probs and y
+    if (kind == LayerKind::Selective) core += t.probs + t.tok1;  // re-run: probs and y
   }
-  int64_t attn = held - mlp_half_bytes(t) + t.tok1 + core;
+  int64_t attn = held - mlp_half_bytes(t, inner) + t.tok1 + core;
   // In a recomputed block the gradient at its output is also held by the outer backward, so the
   // residual sum d(out) + d(MLP half) cannot reuse it in place: one more [N, C].
   if (kind == LayerKind::Recomputed) attn += t.tok1;
@@ -171,12 +178,12 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   if (levers.mode == TrainMode::Hybrid) e.mode_state += 2 * blk(probe_rows * T * kI64);
 
   // Which blocks keep what (session.cpp): Full recomputes blocks 0, n, 2n, ... whole and leaves
-  // the others plain; Selective wraps naive attention in recompute (flash needs nothing more).
+  // the others plain; Selective rebuilds each MLP's GELU output and wraps naive attention in
+  // recompute (flash needs nothing more).
   auto kind_of = [&levers](int64_t layer) {
     if (levers.recompute == RecomputeLevel::Full && layer % levers.recompute_every == 0)
       return LayerKind::Recomputed;
-    if (levers.recompute == RecomputeLevel::Selective && levers.attention == AttentionKind::Naive)
-      return LayerKind::SelectiveAttention;
+    if (levers.recompute == RecomputeLevel::Selective) return LayerKind::Selective;
     return LayerKind::Plain;
   };
   std::vector<int64_t> below(static_cast<size_t>(g.n_layer) + 1, 0);  // saved by blocks < l
@@ -343,13 +350,17 @@ Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
   std::vector<MemoryLevers> ladder = {current};
   MemoryLevers l = current;
   if (l.attention != AttentionKind::Flash) {
-    // No [T, T] probabilities: it drops what selective recompute drops for naive attention (and
-    // recomputes its tiles in backward anyway), so selective is not a rung of its own.
+    // No [T, T] probabilities: it drops what selective recompute drops for naive attention
+    // (and recomputes its tiles in backward anyway).
     l.attention = AttentionKind::Flash;
     ladder.push_back(l);
   }
   if (l.optimizer == OptimizerKind::AdamW) {
     l.optimizer = OptimizerKind::AdamW8bit;  // ~1.6x optimizer time, 6 B/param less
+    ladder.push_back(l);
+  }
+  if (l.recompute == RecomputeLevel::None) {
+    l.recompute = RecomputeLevel::Selective;  // one more GELU and c_proj forward per block
     ladder.push_back(l);
   }
   for (int64_t every : {4, 2, 1}) {  // one more forward of 1/every of the blocks

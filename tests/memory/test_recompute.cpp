@@ -188,7 +188,8 @@ TEST(Recompute, LevelsAndPolicy) {
   EXPECT_TRUE(policy.recompute_block(0));
   EXPECT_FALSE(policy.recompute_block(1));
   EXPECT_FALSE(policy.recompute_gelu(0));
-  EXPECT_TRUE(policy.recompute_gelu(1));
+  EXPECT_FALSE(policy.recompute_gelu(1));
+  EXPECT_TRUE((ht::RecomputePolicy{ht::RecomputeLevel::Selective, 1}.recompute_gelu(3)));
   EXPECT_THROW((ht::RecomputePolicy{ht::RecomputeLevel::Full, 0}.validate()),
                std::invalid_argument);
   ht::RecomputePolicy none;

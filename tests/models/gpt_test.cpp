@@ -220,6 +220,27 @@ TEST(GPT, BlockRunnerAndAttentionCoreAreSeams) {
   EXPECT_THROW(make_attention_core("flash2", 16), std::invalid_argument);
 }
 
+TEST(GPT, SelectiveGeluRecomputeGivesTheSameLossAndGradients) {
+  torch::manual_seed(0);
+  GPT model(small_config());
+  const auto idx = torch::randint(97, {2, 10}, torch::kLong);
+  const auto tgt = torch::randint(97, {2, 10}, torch::kLong);
+  auto grads = [&] {
+    model.zero_grad();
+    const auto loss = model.loss(idx, tgt);
+    loss.backward();
+    std::vector<at::Tensor> g{loss.detach().clone()};
+    for (const auto& p : model.parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  const auto plain = grads();
+  model.set_recompute_gelu(true);
+  const auto recomputed = grads();
+  ASSERT_EQ(plain.size(), recomputed.size());
+  // The same ops on the same inputs: equal, not merely close.
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], recomputed[i])) << "tensor " << i;
+}
+
 TEST(GPT, DropoutOnlyActsInTraining) {
   torch::manual_seed(0);
   GPTConfig c = small_config();

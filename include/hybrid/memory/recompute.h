@@ -45,9 +45,9 @@ at::Tensor recompute_gelu_linear(const at::Tensor& x, const at::Tensor& weight,
 enum class RecomputeLevel {
   None = 0,       // keep every activation: fastest, most memory
   Selective = 1,  // recompute the cheap ops with large outputs: attention core (flash_attention
-                  // does this by construction) and the MLP's GELU (recompute_gelu_linear)
+                  // does this by construction) and the MLP's GELU output (c_proj's input)
   Full = 2,       // recompute whole blocks (recompute(block_forward, x, block_params)) every
-                  // every_n_layers-th layer; the other layers behave as Selective
+                  // every_n_layers-th layer; the other layers run plain
 };
 RecomputeLevel parse_recompute_level(const std::string& name);  // none|selective|full or 0|1|2
 std::string to_string(RecomputeLevel level);
@@ -61,7 +61,7 @@ struct RecomputePolicy {
 
   void validate() const;  // throws std::invalid_argument on every_n_layers < 1
   bool recompute_block(int layer) const;
-  // Selective, and Full's layers that are not recomputed whole (nesting would run it twice).
+  // Selective only: Full's other layers run plain, which keeps the planner's model simple.
   bool recompute_gelu(int layer) const;
 };
 

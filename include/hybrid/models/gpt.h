@@ -70,6 +70,8 @@ class GPT : public torch::nn::Module {
 
   void set_attention_core(AttentionCore core);  // replaces the one config.attention chose
   void set_block_runner(BlockRunner runner);    // empty restores the default (plain call)
+  // Selective recompute of each block's MLP: its GELU output is rebuilt in backward, not kept.
+  void set_recompute_gelu(bool on);
   const at::Tensor& token_embedding() const;    // wte.weight [V, C], also the LM head
 
  private:

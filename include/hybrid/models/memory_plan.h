@@ -71,8 +71,8 @@ struct Recommendation {
   std::vector<std::string> changes;  // config overrides, e.g. "memory.recompute=full"
 };
 
-// Tries the levers in order of their cost in step time - flash attention (which supersedes
-// selective recompute), 8-bit AdamW (a slower optimizer step, a small share of a step), full
+// Tries the levers in order of their cost in step time - flash attention, 8-bit AdamW (a slower
+// optimizer step, a small share of a step), selective recompute (each MLP's GELU output), full
 // recompute every 4/2/1 blocks (up to one more forward), then smaller batches with more accumulation
 // (batch / k, grad_accum * k for divisors k of the batch: same effective batch) - and returns the
 // first combination whose estimated peak is <= budget.
