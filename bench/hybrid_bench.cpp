@@ -78,13 +78,19 @@ RunResult run_one(const std::string& task, const std::string& mode, int64_t seed
   ht::release_cached_blocks();
   r.curve.push_back({0, 0.0, trainer.evaluate().val_loss});
   double seconds = 0;
+  bool eval_due = false;
   while (trainer.step() < steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const ht::StepRecord rec = trainer.train_step();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.peak_bytes = std::max(r.peak_bytes, rec.peak_bytes);  // the monitor resets the allocator's peak per phase
-    if (trainer.step() % eval_every == 0 || trainer.step() == steps)
+    if (trainer.step() % eval_every == 0 || trainer.step() == steps) eval_due = true;
+    // Only verified weights are scored: predicted steps that are later undone never reach a curve.
+    const bool verified = !trainer.strategy() || trainer.strategy()->at_verified_point();
+    if (eval_due && verified) {
       r.curve.push_back({trainer.step(), seconds, trainer.evaluate().val_loss});
+      eval_due = false;
+    }
   }
   if (auto* strategy = trainer.strategy()) strategy->on_finish(trainer);
   r.total_seconds = seconds;

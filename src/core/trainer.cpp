@@ -364,12 +364,15 @@ EvalRecord Trainer::evaluate() {
 EvalRecord Trainer::fit() {
   EvalRecord last;
   const int64_t eval_every = options_.eval_every;
+  bool eval_due = false;
   while (step_ < options_.max_steps && !stop_requested_) {
     StepRecord rec = train_step();
     logger_->on_step(rec);
-    if (eval_every > 0 && step_ % eval_every == 0 && step_ < options_.max_steps) {
+    if (eval_every > 0 && step_ % eval_every == 0) eval_due = true;
+    if (eval_due && step_ < options_.max_steps && (!strategy_ || strategy_->at_verified_point())) {
       last = evaluate();
       logger_->on_eval(last);
+      eval_due = false;
     }
     maybe_checkpoint();
   }

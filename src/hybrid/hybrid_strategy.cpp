@@ -389,6 +389,9 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   if (ctl_.steps_in_phase() == 0) enter_predict(trainer);
   const int64_t index = ctl_.steps_in_phase() + 1;  // 1-based within the phase
   const bool last = index >= ctl_.horizon();
+  // The run's final step is always verified, so training never ends on weights nobody checked.
+  const int64_t max_steps = trainer.options().max_steps;
+  const bool run_end = max_steps > 0 && trainer.step() + 1 >= max_steps;
 
   trainer.set_lr_for_current_step();
   const double lr = trainer.optimizer().lr();
@@ -429,7 +432,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     phase_sum_ += actual;
     ++phase_n_;
     verify = true;
-  } else if (index % opt_.verify_every == 0 || last || index == kFirstCheck) {
+  } else if (index % opt_.verify_every == 0 || last || run_end || index == kFirstCheck) {
     actual = probe_loss(trainer, probe_);
     verify = true;
   }
@@ -465,7 +468,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   ++summary_.accepted;
   rec.extra["accepted"] = 1.0;
   const bool refresh = opt_.verify == "holdout" || phase_n_ % opt_.verify_every == 0;
-  if (refresh || last) {
+  if (refresh || last || run_end) {
     summary_.predicted_kept += ahead_ - ref_ahead_;
     if (opt_.verify == "holdout") ref_loss_ = actual;
     if (!last) snapshot_.capture(state_);

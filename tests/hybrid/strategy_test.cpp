@@ -409,6 +409,47 @@ TEST(HybridStrategy, FitReportsTheSummaryOnFinish) {
   EXPECT_GT(s.final_horizon, 0);
 }
 
+TEST(HybridStrategy, EvaluationsWaitForVerifiedWeightsAndNeverRepeatAStep) {
+  // Every step is due for evaluation; predict phases that are rolled back rewind the step count.
+  toy::MlpRun run(300);
+  run.trainer->mutable_options().eval_every = 1;
+  ht::HybridOptions o = toy_options("ema");
+  o.enter_confidence = 0.0;
+  run.trainer->set_strategy(
+      std::make_unique<ht::HybridStrategy>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate)));
+  run.trainer->fit();
+  int64_t rollbacks = 0, predicted = 0;
+  for (const auto& r : run.logger.steps) {
+    rollbacks += r.extra.at("rolled_back") == 1.0;
+    predicted += r.phase == "predict";
+  }
+  ASSERT_GT(rollbacks, 0) << "no rollback: the test proves nothing";
+  ASSERT_GT(predicted, 0);
+  ASSERT_GT(run.logger.evals.size(), 100u);
+  for (size_t i = 1; i < run.logger.evals.size(); ++i)
+    EXPECT_GT(run.logger.evals[i].step, run.logger.evals[i - 1].step) << "evaluation " << i;
+}
+
+TEST(HybridStrategy, ARunThatEndsInsideAPredictPhaseEndsOnVerifiedWeights) {
+  // Runs of several lengths, so some end inside a predict phase, with a predictor that is always
+  // wrong: the final step must be checked (and undone) rather than left unverified.
+  int64_t final_step_predicted = 0;
+  for (int64_t steps = 150; steps < 180; steps += 3) {
+    toy::MlpRun run(steps);
+    ht::HybridOptions o = toy_options("ema");
+    o.enter_confidence = 0.0;
+    auto owned = std::make_unique<ht::HybridStrategy>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate));
+    ht::HybridStrategy* strategy = owned.get();
+    run.trainer->set_strategy(std::move(owned));
+    while (run.trainer->step() < steps) {
+      final_step_predicted += run.trainer->step() + 1 == steps && strategy->controller().phase() == ht::Phase::Predict;
+      run.trainer->train_step();
+    }
+    EXPECT_TRUE(strategy->at_verified_point()) << steps << " steps";
+  }
+  EXPECT_GT(final_step_predicted, 0) << "no run had a predicted final step: the test proves nothing";
+}
+
 TEST(HybridStrategy, RejectsInvalidOptionsAtConstruction) {
   ht::HybridOptions o;
   o.verify_every = 0;

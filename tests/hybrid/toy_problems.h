@@ -91,7 +91,9 @@ struct Mlp : torch::nn::Module {
 struct RecordingLogger : ht::Logger {
   void on_step(const ht::StepRecord& r) override { steps.push_back(r); }
   void on_message(ht::Level, const std::string& m) override { messages.push_back(m); }
+  void on_eval(const ht::EvalRecord& e) override { evals.push_back(e); }
   std::vector<ht::StepRecord> steps;
+  std::vector<ht::EvalRecord> evals;
   std::vector<std::string> messages;
 };
 

@@ -92,6 +92,10 @@ class StepStrategy {
   virtual void load(torch::serialize::InputArchive& archive) = 0;
   virtual void on_finish(Trainer& /*trainer*/) {}
   virtual int64_t state_bytes() const { return 0; }  // tensors the strategy keeps between steps
+  // False while the weights may still be rolled back (hybrid: predicted steps not yet verified).
+  // fit() defers a due evaluation to the next verified point, so it never scores weights that
+  // are then undone and no step is evaluated twice.
+  virtual bool at_verified_point() const { return true; }
 };
 
 // What a checkpoint holds, read without building the model (for `hybrid-train info`).

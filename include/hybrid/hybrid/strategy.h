@@ -55,6 +55,7 @@ class HybridStrategy : public StepStrategy {
   void load(torch::serialize::InputArchive& archive) override;
   void on_finish(Trainer& trainer) override;
   int64_t state_bytes() const override;  // snapshot + buffers + predictor
+  bool at_verified_point() const override { return ctl_.phase() != Phase::Predict || ahead_ == ref_ahead_; }
 
   const HybridSummary& summary() const { return summary_; }
   const PhaseController& controller() const { return ctl_; }
