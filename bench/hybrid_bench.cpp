@@ -78,18 +78,18 @@ RunResult run_one(const std::string& task, const std::string& mode, int64_t seed
   ht::release_cached_blocks();
   r.curve.push_back({0, 0.0, trainer.evaluate().val_loss});
   double seconds = 0;
-  bool eval_due = false;
+  int64_t eval_due = 0;  // as in Trainer::fit: the step an evaluation fell due at, 0 = none
   while (trainer.step() < steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const ht::StepRecord rec = trainer.train_step();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.peak_bytes = std::max(r.peak_bytes, rec.peak_bytes);  // the monitor resets the allocator's peak per phase
-    if (trainer.step() % eval_every == 0 || trainer.step() == steps) eval_due = true;
+    if ((trainer.step() % eval_every == 0 || trainer.step() == steps) && eval_due == 0) eval_due = trainer.step();
     // Only verified weights are scored: predicted steps that are later undone never reach a curve.
     const bool verified = !trainer.strategy() || trainer.strategy()->at_verified_point();
-    if (eval_due && verified) {
+    if (eval_due > 0 && trainer.step() >= eval_due && verified) {
       r.curve.push_back({trainer.step(), seconds, trainer.evaluate().val_loss});
-      eval_due = false;
+      eval_due = 0;
     }
   }
   if (auto* strategy = trainer.strategy()) strategy->on_finish(trainer);
@@ -144,6 +144,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (std::find(modes.begin(), modes.end(), "plain") == modes.end()) {
     std::fprintf(stderr, "hybrid_bench: --modes must include plain (its curve sets the target)\n");
+    return 2;
+  }
+
+  // Bad --set keys or values fail here, in a second, not after the first hour of runs.
+  try {
+    for (const auto& task : tasks) {
+      if (task != "mlp" && task != "gpt" && task != "cnn")
+        throw std::invalid_argument("unknown task '" + task + "' in --tasks (use mlp, gpt, cnn)");
+      Config c = task_config(task, 100);
+      c.set_override("run.mode=hybrid");
+      for (const auto& kv : extra) c.set_override(kv);
+      ht::cli::build_strategy(c);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hybrid_bench: %s\n", e.what());
     return 2;
   }
 

@@ -72,7 +72,8 @@ const std::vector<KeySpec>& config_schema() {
       {"memory.recompute_correct", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in hybrid correct steps; predicted steps run no backward"},
 
       // Hybrid defaults come from HybridOptions so the CLI and the library never drift apart.
-      {"hybrid.predictor", T::String, H.predictor, {"mean", "regression", "last", "ema", "dmd", "rssm"}, "update predictor"},
+      {"hybrid.predictor", T::String, H.predictor, {"mean", "regression", "drift", "last", "ema", "dmd", "rssm"}, "update predictor"},
+      {"hybrid.drift_tstat", T::Float, num(H.drift_tstat), {}, "drift predictor: t-statistic a coordinate's slope needs to be continued"},
       {"hybrid.warmup_steps", T::Int, num(H.warmup_steps), {}, "plain steps before anything is recorded"},
       {"hybrid.full_steps", T::Int, num(H.full_steps), {}, "recorded full steps per cycle"},
       {"hybrid.correct_steps", T::Int, num(H.correct_steps), {}, "real steps after a predict phase that measure its error"},

@@ -234,6 +234,7 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
   h.probe_batches = c.get_int("hybrid.probe_batches");
   h.tolerance = c.get_float("hybrid.tolerance");
   h.max_step_scale = c.get_float("hybrid.max_step_scale");
+  h.drift_tstat = c.get_float("hybrid.drift_tstat");
   h.pay_check = c.get_bool("hybrid.pay_check");
   h.seed = static_cast<uint64_t>(c.get_int("run.seed"));
   try {

@@ -364,15 +364,18 @@ EvalRecord Trainer::evaluate() {
 EvalRecord Trainer::fit() {
   EvalRecord last;
   const int64_t eval_every = options_.eval_every;
-  bool eval_due = false;
+  // The step an evaluation fell due at (0: none). It runs at the first verified point at or after
+  // that step; a rollback to before it makes it wait until training is back there.
+  int64_t eval_due = 0;
   while (step_ < options_.max_steps && !stop_requested_) {
     StepRecord rec = train_step();
     logger_->on_step(rec);
-    if (eval_every > 0 && step_ % eval_every == 0) eval_due = true;
-    if (eval_due && step_ < options_.max_steps && (!strategy_ || strategy_->at_verified_point())) {
+    if (eval_every > 0 && step_ % eval_every == 0 && eval_due == 0) eval_due = step_;
+    const bool verified = !strategy_ || strategy_->at_verified_point();
+    if (eval_due > 0 && step_ >= eval_due && step_ < options_.max_steps && verified) {
       last = evaluate();
       logger_->on_eval(last);
-      eval_due = false;
+      eval_due = 0;
     }
     maybe_checkpoint();
   }

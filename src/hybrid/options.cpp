@@ -38,11 +38,12 @@ void HybridOptions::validate() const {
   if (max_predict_steps < min_predict_steps) {
     fail("max_predict_steps", str(max_predict_steps), ">= min_predict_steps (" + str(min_predict_steps) + ")");
   }
-  if (predictor != "mean" && predictor != "regression" && predictor != "last" && predictor != "ema" &&
-      predictor != "dmd" && predictor != "rssm") {
+  if (predictor != "mean" && predictor != "regression" && predictor != "drift" && predictor != "last" &&
+      predictor != "ema" && predictor != "dmd" && predictor != "rssm") {
     fail("predictor", "\"" + predictor + "\"",
-         "one of \"mean\", \"regression\", \"last\", \"ema\", \"dmd\", \"rssm\"");
+         "one of \"mean\", \"regression\", \"drift\", \"last\", \"ema\", \"dmd\", \"rssm\"");
   }
+  if (!(drift_tstat >= 0.0)) fail("drift_tstat", str(drift_tstat), ">= 0");
   if (!(ema_beta >= 0.0 && ema_beta < 1.0)) fail("ema_beta", str(ema_beta), "in [0, 1)");
   at_least("dmd_history", dmd_history, 2);
   at_least("dmd_rank", dmd_rank, 1);

@@ -14,6 +14,7 @@ std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& o) {
   o.validate();
   if (o.predictor == "mean") return make_mean_predictor();
   if (o.predictor == "regression") return make_regression_predictor();
+  if (o.predictor == "drift") return make_drift_predictor(o.drift_tstat);
   if (o.predictor == "last") return make_last_predictor();
   if (o.predictor == "ema") return make_ema_predictor(o.ema_beta);
   if (o.predictor == "dmd") return make_dmd_predictor(o.dmd_history, o.dmd_rank, o.dmd_ridge);

@@ -153,9 +153,101 @@ class RegressionPredictor : public TrajectoryPredictor {
   }
 };
 
+// "drift": the regression line, continued only where its slope is statistically clear. Per
+// coordinate, the slope's t-statistic over the stretch (slope / its standard error from the
+// line's residuals) must exceed `tstat`; elsewhere the drift is indistinguishable from the noise,
+// and extrapolating it is what raised the loss with "mean" and "regression" (4 repeated Adam
+// updates move every noisy coordinate coherently). The first step still returns to the line.
+class DriftPredictor : public TrajectoryPredictor {
+ public:
+  explicit DriftPredictor(double tstat) : tstat_(tstat) {}
+  std::string name() const override { return "drift"; }
+
+  void observe_weights(const std::vector<at::Tensor>& w, const TrainingFeatures&) override {
+    torch::NoGradGuard no_grad;
+    allocate_like(a_, w);
+    allocate_like(b_, w);
+    allocate_like(first_, w);
+    allocate_like(sq_, w);
+    // Sums of d_t = w_t - w_0 (centred on the first weights so float32 keeps the small moves):
+    // a = sum d, b = sum t d, sq = sum d^2.
+    const double t = static_cast<double>(n_);
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (n_ == 0) {
+        first_[i].copy_(w[i]);
+        a_[i].zero_();
+        b_[i].zero_();
+        sq_[i].zero_();
+      } else {
+        const at::Tensor d = w[i] - first_[i];  // one tensor's temporary, not the model's
+        a_[i].add_(d);
+        b_[i].add_(d, t);
+        sq_[i].addcmul_(d, d);
+      }
+    }
+    ++n_;
+  }
+
+  void end_stretch(const std::vector<at::Tensor>& w) override {
+    if (n_ < 4) throw std::logic_error("drift predictor: a stretch needs at least 4 weights, got " + std::to_string(n_));
+    const double n = static_cast<double>(n_);
+    const double tm = (n - 1.0) / 2.0;
+    const double stt = n * (n * n - 1.0) / 12.0;
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < w.size(); ++i) {
+      at::Tensor& slope = b_[i];
+      at::Tensor& sum = a_[i];
+      slope.sub_(sum, tm).div_(stt);
+      // Residual sum of squares of the line: sum (d - mean)^2 - slope^2 stt.
+      at::Tensor rss = (sq_[i] - sum * sum / n - slope * slope * stt).clamp_min_(0.0);
+      // |slope| / se > tstat  <=>  slope^2 (n - 2) stt > tstat^2 rss.
+      const at::Tensor clear = (slope * slope * ((n - 2.0) * stt)).gt_(rss.mul_(tstat_ * tstat_));
+      slope.mul_(clear);
+      // line(n-1) - w = w_0 + mean + slope (n - 1 - tm) - w.
+      sum.div_(n).add_(first_[i]).add_(slope, (n - 1.0) - tm).sub_(w[i]);
+    }
+    ready_ = true;
+  }
+
+  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale) override {
+    check_ready("predict_into");
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (steps_ahead == 1) {
+        at::add_out(out[i], a_[i], b_[i], scale);
+      } else {
+        at::mul_out(out[i], b_[i], scale);
+      }
+    }
+  }
+  void add_prediction_to(std::vector<at::Tensor>& params, int64_t steps_ahead, double scale) override {
+    check_ready("add_prediction_to");
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (steps_ahead == 1) params[i].add_(a_[i]);
+      params[i].add_(b_[i], scale);
+    }
+  }
+  int64_t state_bytes() const override { return TrajectoryPredictor::state_bytes() + bytes_of(first_) + bytes_of(sq_); }
+  void save(torch::serialize::OutputArchive& ar) const override {
+    TrajectoryPredictor::save(ar);
+    archive_io::put_tensors(ar, "first", first_);
+    archive_io::put_tensors(ar, "sq", sq_);
+  }
+  void load(torch::serialize::InputArchive& ar) override {
+    TrajectoryPredictor::load(ar);
+    archive_io::get_tensors_into(ar, "first", first_);
+    archive_io::get_tensors_into(ar, "sq", sq_);
+  }
+
+ private:
+  double tstat_;
+  std::vector<at::Tensor> first_, sq_;  // w_0 and sum d^2 over the stretch
+};
+
 }  // namespace
 
 std::unique_ptr<UpdatePredictor> make_mean_predictor() { return std::make_unique<MeanPredictor>(); }
 std::unique_ptr<UpdatePredictor> make_regression_predictor() { return std::make_unique<RegressionPredictor>(); }
+std::unique_ptr<UpdatePredictor> make_drift_predictor(double tstat) { return std::make_unique<DriftPredictor>(tstat); }
 
 }  // namespace ht

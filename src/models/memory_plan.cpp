@@ -54,9 +54,10 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
   // before_, delta_ and predicted_ buffers (trajectory predictors add in place and measure on
   // samples of a few KiB); then the predictor's own state.
   const std::string& p = levers.predictor;
-  const bool weights_input = p == "mean" || p == "regression";
+  const bool weights_input = p == "mean" || p == "regression" || p == "drift";
   int64_t copies = weights_input ? 1 : 4;
   if (p == "regression") copies += 2;                    // a_, b_
+  else if (p == "drift") copies += 4;                    // a_, b_, first_, sq_
   else if (p == "mean" || p == "last" || p == "ema" || p == "rssm") copies += 1;  // a_ / avg_ / ema_
   e.mode_state = copies * copy;
   if (p == "dmd")

@@ -129,7 +129,7 @@ TEST(Predictors, SaveLoadGivesIdenticalPredictions) {
   GeometricTrajectory traj;
   ht::HybridOptions o;
   o.rssm_train_every = 2;
-  for (const std::string name : {"last", "ema", "dmd", "rssm", "mean", "regression"}) {
+  for (const std::string name : {"last", "ema", "dmd", "rssm", "mean", "regression", "drift"}) {
     o.predictor = name;
     auto a = ht::make_update_predictor(o);
     ht::TrainingFeatures f;
@@ -204,6 +204,34 @@ TEST(Predictors, TrajectoryPredictorsRecoverTheDriftOfANoisyLine) {
   EXPECT_THROW(mean->observe(w(0), f), std::logic_error);
   reg->reset_history();
   EXPECT_FALSE(reg->ready());
+}
+
+TEST(Predictors, DriftContinuesOnlyTheCoordinatesWhoseSlopeStandsOutOfTheNoise) {
+  // Half the coordinates drift (v = 0.01 per step, noise 0.02), half only wander (v = 0): the
+  // slope t-statistic over 64 steps is ~14 for the first half and |t| ~ 1 for the second.
+  torch::manual_seed(10);
+  const int64_t n = 400;
+  const at::Tensor c = torch::randn({n});
+  const at::Tensor v = torch::cat({torch::full({n / 2}, 0.01), torch::zeros({n / 2})});
+  std::vector<at::Tensor> noise;
+  for (int t = 0; t < 64; ++t) noise.push_back(0.02 * torch::randn({n}));
+  auto w = [&](int t) { return std::vector<at::Tensor>{c + v * double(t) + noise[t]}; };
+  auto drift = ht::make_drift_predictor(3.0);
+  ht::TrainingFeatures f;
+  for (int t = 0; t < 64; ++t) drift->observe_weights(w(t), f);
+  drift->end_stretch(w(63));
+  std::vector<at::Tensor> out{torch::zeros({n})};
+  drift->predict_into(out, 2, 1.0);  // steps after the first: the kept slope only
+  const at::Tensor moving = out[0].slice(0, 0, n / 2), still = out[0].slice(0, n / 2);
+  EXPECT_EQ(moving.ne(0).sum().item<int64_t>(), n / 2) << "a clear drift was dropped";
+  EXPECT_LT((moving - 0.01).abs().max().item<double>(), 0.004);
+  // At |t| > 3 about 0.3 % of pure-noise coordinates pass by chance.
+  EXPECT_LE(still.ne(0).sum().item<int64_t>(), 3);
+  // The first step returns to the fitted line, as regression does: closer to the truth than w_63.
+  drift->predict_into(out, 1, 0.0);
+  const at::Tensor truth = c + v * 63.0;
+  EXPECT_LT((w(63)[0] + out[0] - truth).norm().item<double>(), 0.5 * noise[63].norm().item<double>());
+  EXPECT_THROW(ht::make_drift_predictor(3.0)->end_stretch(w(0)), std::logic_error);
 }
 
 TEST(Predictors, RssmLearnsTheMultiplierOfAGeometricTrajectory) {

@@ -17,9 +17,10 @@ struct HybridOptions {
   int64_t min_predict_steps = 32;  // first horizon (and a probe's); rollbacks may shrink it below
   int64_t max_predict_steps = 64;  // the horizon grows on success up to this
 
-  // Predictor: "mean" | "regression" (trajectory of the last recorded stretch) | "last" | "ema"
+  // Predictor: "mean" | "regression" | "drift" (trajectory of the last recorded stretch) | "last" | "ema"
   // (recent updates) | "dmd" (linear recurrence of updates) | "rssm" (learned dynamics).
   std::string predictor = "mean";
+  double drift_tstat = 3.0;        // drift predictor: |slope| / its standard error to continue it
   double ema_beta = 0.9;           // ema predictor (and the direction the rssm scales)
   int64_t dmd_history = 8;         // K: deltas kept per tensor
   int64_t dmd_rank = 4;            // p: order of the linear recurrence fitted over them (< K)

@@ -84,6 +84,8 @@ std::unique_ptr<UpdatePredictor> make_ema_predictor(double beta);
 // step moves to the line (a denoised point, as weight averaging does), every step adds b.
 std::unique_ptr<UpdatePredictor> make_mean_predictor();
 std::unique_ptr<UpdatePredictor> make_regression_predictor();
+// "drift": the regression line, its slope kept only where its t-statistic exceeds `tstat`.
+std::unique_ptr<UpdatePredictor> make_drift_predictor(double tstat);
 // (b) DMD-style: per tensor, a linear recurrence d[t] = sum_j c[j] d[t-j] (j = 1..rank) fitted by
 // least squares over the last `history` updates through their K x K Gram matrix.
 std::unique_ptr<UpdatePredictor> make_dmd_predictor(int64_t history, int64_t rank, double ridge);
