@@ -95,7 +95,33 @@ class MeanPredictor : public TrajectoryPredictor {
   }
 };
 
-class RegressionPredictor : public TrajectoryPredictor {
+// Predictors whose prediction is a line: a_ = the offset from the current weights back to the
+// line (taken once, on step 1), b_ = the slope per step.
+class LinePredictor : public TrajectoryPredictor {
+ public:
+  // Step 1 returns to the line and moves `scale` steps along it; later steps follow the slope.
+  // The return is not scaled: it removes the noise, it does not extrapolate.
+  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale) override {
+    check_ready("predict_into");
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (steps_ahead == 1) {
+        at::add_out(out[i], a_[i], b_[i], scale);
+      } else {
+        at::mul_out(out[i], b_[i], scale);
+      }
+    }
+  }
+  void add_prediction_to(std::vector<at::Tensor>& params, int64_t steps_ahead, double scale) override {
+    check_ready("add_prediction_to");
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (steps_ahead == 1) params[i].add_(a_[i]);
+      params[i].add_(b_[i], scale);
+    }
+  }
+};
+
+class RegressionPredictor : public LinePredictor {
  public:
   std::string name() const override { return "regression"; }
 
@@ -130,27 +156,6 @@ class RegressionPredictor : public TrajectoryPredictor {
     }
     ready_ = true;
   }
-
-  // Step 1 returns to the line and moves `scale` steps along it; later steps follow the slope.
-  // The return is not scaled: it removes the noise, it does not extrapolate.
-  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale) override {
-    check_ready("predict_into");
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (steps_ahead == 1) {
-        at::add_out(out[i], a_[i], b_[i], scale);
-      } else {
-        at::mul_out(out[i], b_[i], scale);
-      }
-    }
-  }
-  void add_prediction_to(std::vector<at::Tensor>& params, int64_t steps_ahead, double scale) override {
-    check_ready("add_prediction_to");
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (steps_ahead == 1) params[i].add_(a_[i]);
-      params[i].add_(b_[i], scale);
-    }
-  }
 };
 
 // "drift": the regression line, continued only where its slope is statistically clear. Per
@@ -158,7 +163,7 @@ class RegressionPredictor : public TrajectoryPredictor {
 // line's residuals) must exceed `tstat`; elsewhere the drift is indistinguishable from the noise,
 // and extrapolating it is what raised the loss with "mean" and "regression" (4 repeated Adam
 // updates move every noisy coordinate coherently). The first step still returns to the line.
-class DriftPredictor : public TrajectoryPredictor {
+class DriftPredictor : public LinePredictor {
  public:
   explicit DriftPredictor(double tstat) : tstat_(tstat) {}
   std::string name() const override { return "drift"; }
@@ -209,24 +214,6 @@ class DriftPredictor : public TrajectoryPredictor {
     ready_ = true;
   }
 
-  void predict_into(std::vector<at::Tensor>& out, int64_t steps_ahead, double scale) override {
-    check_ready("predict_into");
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (steps_ahead == 1) {
-        at::add_out(out[i], a_[i], b_[i], scale);
-      } else {
-        at::mul_out(out[i], b_[i], scale);
-      }
-    }
-  }
-  void add_prediction_to(std::vector<at::Tensor>& params, int64_t steps_ahead, double scale) override {
-    check_ready("add_prediction_to");
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (steps_ahead == 1) params[i].add_(a_[i]);
-      params[i].add_(b_[i], scale);
-    }
-  }
   int64_t state_bytes() const override { return TrajectoryPredictor::state_bytes() + bytes_of(first_) + bytes_of(sq_); }
   void save(torch::serialize::OutputArchive& ar) const override {
     TrajectoryPredictor::save(ar);
