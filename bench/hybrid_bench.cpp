@@ -118,9 +118,12 @@ double loss_at_seconds(const std::vector<Point>& curve, double seconds) {
   return loss;
 }
 
+// A run that never reached the target counts as infinitely slow (speedup 0), not as missing:
+// otherwise one lucky seed out of three would stand for the mode.
 double median(std::vector<double> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   if (v.empty()) return NAN;
+  for (double& x : v)
+    if (std::isnan(x)) x = 0.0;
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
@@ -213,9 +216,17 @@ int main(int argc, char** argv) {
     }
     for (const auto& mode : modes) {
       const auto& s = speedups[mode];
-      std::printf("== %s %-12s median speedup to target %.2fx (min %.2f, max %.2f), median final val loss %.4f\n",
-                  task.c_str(), mode.c_str(), median(s), *std::min_element(s.begin(), s.end()),
-                  *std::max_element(s.begin(), s.end()), median(final_losses[mode]));
+      const auto reached = std::count_if(s.begin(), s.end(), [](double x) { return !std::isnan(x); });
+      const double med = median(s);
+      auto text = [](double x) { return x > 0.0 ? fmt::format("{:.2f}x", x) : std::string("never"); };
+      double lo = INFINITY, hi = 0.0;
+      for (double x : s) {
+        lo = std::min(lo, std::isnan(x) ? 0.0 : x);
+        hi = std::max(hi, std::isnan(x) ? 0.0 : x);
+      }
+      std::printf("== %s %-12s median speedup to target %s (min %s, max %s), reached in %lld of %zu seeds, median final val loss %.4f\n",
+                  task.c_str(), mode.c_str(), text(med).c_str(), text(lo).c_str(), text(hi).c_str(),
+                  static_cast<long long>(reached), s.size(), median(final_losses[mode]));
     }
   }
   std::printf("curves: %s/hybrid_curves.csv, summary: %s/hybrid_summary.csv; plots: bench/plot_hybrid.sh\n",
