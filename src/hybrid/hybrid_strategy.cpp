@@ -22,10 +22,9 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Probe batches are reused for several predict phases: one forward then serves as both the end
-// of a full stretch and the start of the next phase. A fresh batch now and then keeps accepted
-// predictions from fitting one batch.
-constexpr int64_t kProbeRefreshPhases = 4;
+// Predict phases verified on one probe before it is replaced. One: the real steps after a phase
+// train on its probe (it is peeked from the training stream), so the next phase needs unseen ones.
+constexpr int64_t kProbeRefreshPhases = 1;
 constexpr double kLossEma = 0.9;
 // An early extra verification in every predict phase: a bad prediction then costs a few steps,
 // not a whole verification interval.
@@ -275,10 +274,16 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
     // batch is mostly that batch's noise when the true change per step is small. Copied into
     // place one batch at a time, after the old probe is gone: the step's peak holds the probe
     // and one batch, not two probes.
+    // The batches are peeked, not consumed: training sees exactly the data order of plain mode,
+    // and during the phase they are not yet trained on. The real steps after it train on them,
+    // which makes the full steps' paired rate on this probe a little optimistic: the pay check
+    // errs towards Full. A fresh probe every phase keeps verification on unseen batches.
+    DataSource& data = trainer.data();
+    const DataCursor cursor = data.cursor();
     probe_ = Batch{};
     int64_t filled = 0;
     for (int64_t i = 0; i < opt_.probe_batches; ++i) {
-      const Batch b = trainer.data().next_train_batch();
+      const Batch b = data.next_train_batch();
       const int64_t rows = b.input.size(0);
       if (i == 0) {
         auto sized = [&](const at::Tensor& t) {
@@ -297,6 +302,7 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
       }
       filled += rows;
     }
+    data.restore(cursor);
     probe_ = Batch{probe_.input.narrow(0, 0, filled), probe_.target.narrow(0, 0, filled)};
     have_probe_ = true;
     phases_on_probe_ = 0;

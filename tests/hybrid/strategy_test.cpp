@@ -459,6 +459,25 @@ TEST(HybridStrategy, ARunThatEndsInsideAPredictPhaseEndsOnVerifiedWeights) {
   EXPECT_GT(final_step_predicted, 0) << "no run had a predicted final step: the test proves nothing";
 }
 
+TEST(HybridStrategy, ProbesPeekSoTheDataOrderIsPlainModes) {
+  // Every real step trains on the next batch of the stream, as in plain mode: the probe batches
+  // are read ahead and the cursor put back. Predicted steps (holdout) read no batch at all.
+  toy::MlpRun run(300);
+  ht::HybridOptions o = toy_options("ema");
+  o.enter_confidence = 0.0;
+  o.probe_batches = 3;
+  auto owned = std::make_unique<ht::HybridStrategy>(o);
+  ht::HybridStrategy* strategy = owned.get();
+  run.trainer->set_strategy(std::move(owned));
+  int64_t real_steps = 0;
+  while (run.trainer->step() < 300) {
+    const ht::StepRecord r = run.trainer->train_step();
+    real_steps += r.phase != "predict" || r.extra.at("rolled_back") == 1.0;  // a rollback's step is real
+  }
+  ASSERT_GT(strategy->summary().predicted_applied, 0) << "no predict phase: no probe was read";
+  EXPECT_EQ(run.data.cursor().position, real_steps);
+}
+
 TEST(HybridStrategy, RejectsInvalidOptionsAtConstruction) {
   ht::HybridOptions o;
   o.verify_every = 0;

@@ -35,9 +35,10 @@ struct HybridOptions {
   uint64_t seed = 1234;            // the stochastic latent's generator
 
   // Verification: "batch" = forward on every predicted step's own training batch;
-  // "holdout" = forward on a probe (probe_batches batches drawn from the training stream and
-  // never trained on) after the 4th predicted step of a phase, every verify_every steps and at
-  // the end of the phase. Either way a failed check restores the last verified weights.
+  // "holdout" = forward on a probe (the next probe_batches training batches, peeked: the data
+  // order stays plain mode's, and they are not yet trained on) after the 4th predicted step of
+  // a phase, every verify_every steps and at the end of the phase. Either way a failed check
+  // restores the last verified weights.
   std::string verify = "holdout";
   int64_t verify_every = 16;
   int64_t probe_batches = 2;       // training batches concatenated into the probe

@@ -55,7 +55,10 @@ class HybridStrategy : public StepStrategy {
   void load(torch::serialize::InputArchive& archive) override;
   void on_finish(Trainer& trainer) override;
   int64_t state_bytes() const override;  // snapshot + buffers + predictor
-  bool at_verified_point() const override { return ctl_.phase() != Phase::Predict || ahead_ == ref_ahead_; }
+  // Unverified only between a predicted step and the check that keeps or undoes it.
+  bool at_verified_point() const override {
+    return ctl_.phase() != Phase::Predict || ctl_.steps_in_phase() == 0 || ahead_ == ref_ahead_;
+  }
 
   const HybridSummary& summary() const { return summary_; }
   const PhaseController& controller() const { return ctl_; }
@@ -123,8 +126,9 @@ class HybridStrategy : public StepStrategy {
   double loss_var_ = 0.0;
   double loss_slope_ = 0.0;      // EMA of the per-step change of loss_ema_ (negative: falling)
 
-  // Verification state of the current predict phase. The probe batch is drawn from the training
-  // stream and never trained on; it verifies (holdout mode) and measures both modes' rates.
+  // Verification state of the current predict phase. The probe is the next training batches,
+  // peeked without moving the data cursor, so not yet trained on while the phase runs; it
+  // verifies (holdout mode) and measures both modes' rates.
   Batch probe_;
   bool have_probe_ = false;
   int64_t phases_on_probe_ = 0;  // predict phases verified on the current probe batch
