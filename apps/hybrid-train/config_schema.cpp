@@ -83,6 +83,7 @@ const std::vector<KeySpec>& config_schema() {
       {"hybrid.verify_every", T::Int, num(H.verify_every), {}, "holdout verification every n predicted steps"},
       {"hybrid.probe_batches", T::Int, num(H.probe_batches), {}, "training batches held out as the verification probe"},
       {"hybrid.tolerance", T::Float, num(H.tolerance), {}, "accepted loss rise relative to the last verified loss"},
+      {"hybrid.min_step_worth", T::Float, num(H.min_step_worth), {}, "holdout: a kept predicted step must lower the probe loss by this fraction of a real step's decrease"},
       {"hybrid.max_step_scale", T::Float, num(H.max_step_scale), {}, "predicted-update multiplier at full confidence"},
       {"hybrid.pay_check", T::Bool, H.pay_check ? "true" : "false", {}, "predict only while it lowers the loss faster per second"},
       {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update"},

@@ -233,6 +233,7 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
   h.verify_every = c.get_int("hybrid.verify_every");
   h.probe_batches = c.get_int("hybrid.probe_batches");
   h.tolerance = c.get_float("hybrid.tolerance");
+  h.min_step_worth = c.get_float("hybrid.min_step_worth");
   h.max_step_scale = c.get_float("hybrid.max_step_scale");
   h.drift_tstat = c.get_float("hybrid.drift_tstat");
   h.pay_check = c.get_bool("hybrid.pay_check");

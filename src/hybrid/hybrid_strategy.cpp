@@ -347,15 +347,17 @@ void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_l
   measure_scale_ = ctl_.step_scale();
 }
 
-std::string HybridStrategy::check_prediction(double actual, double predicted) {
+std::string HybridStrategy::check_prediction(double actual, double predicted, double required) {
   std::string why = div_.check_loss(actual);
   if (!why.empty()) return why;
   if (opt_.verify == "holdout") {
-    // Paired on one batch: any rise beyond the tolerance is the prediction's doing.
-    if (actual > ref_loss_ + opt_.tolerance * std::abs(ref_loss_)) {
+    // Paired on one batch: a rise beyond the tolerance is the prediction's doing, and so is
+    // falling short of what the real steps these predicted ones replace would have reached.
+    if (actual > required + opt_.tolerance * std::abs(ref_loss_)) {
       std::ostringstream os;
       os.precision(6);
       os << "probe loss " << actual << " above the last verified " << ref_loss_;
+      if (required < ref_loss_) os << " less the real steps' decrease (" << required << ")";
       return os.str();
     }
   } else {
@@ -426,6 +428,9 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   // Holdout: real steps' paired per-step decrease of the probe loss, when one was measured.
   const double slope = opt_.verify == "holdout" && have_probe_slope_ ? probe_slope_ : loss_slope_;
   double predicted = ref_loss_ + slope * steps_since_ref * ctl_.step_scale();
+  // Kept predicted steps use up steps of the budget and the schedule, so they must be worth
+  // min_step_worth of the real steps they stand in for.
+  const double required = ref_loss_ + opt_.min_step_worth * std::min(slope, 0.0) * steps_since_ref;
   const double rel = predictor_->predicted_loss_change(ahead_);
   if (std::isfinite(rel)) predicted = ref_loss_ * (1.0 + rel);
   rec.extra["predicted_loss"] = predicted;
@@ -451,7 +456,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
 
   rec.extra["actual_loss"] = actual;
   ++summary_.verifications;
-  const std::string why = check_prediction(actual, predicted);
+  const std::string why = check_prediction(actual, predicted, required);
   // Error in units of the predicted change (holdout: the comparison is paired, noise-free) or of
   // the batch-to-batch noise (batch).
   const double unit = opt_.verify == "holdout"

@@ -62,6 +62,7 @@ void HybridOptions::validate() const {
   at_least("verify_every", verify_every, 1);
   at_least("probe_batches", probe_batches, 1);
   in_range("tolerance", tolerance, 0.0, 1.0);
+  in_range("min_step_worth", min_step_worth, 0.0, 16.0);
   if (!(spike_zscore > 0.0)) fail("spike_zscore", str(spike_zscore), "> 0");
   at_least("loss_window", loss_window, 4);
   if (!(grad_explosion > 1.0)) fail("grad_explosion", str(grad_explosion), "> 1");

@@ -165,6 +165,30 @@ TEST(HybridStrategy, RollbackIsBitExact) {
   EXPECT_TRUE(torch::equal(run.bowl->w, plain.bowl->w));
 }
 
+TEST(HybridStrategy, PredictedStepsMustBeWorthAShareOfTheRealStepsTheyReplace) {
+  // A predictor that points the right way but moves a tenth as far as a real step lowers the
+  // loss, yet each kept step would use up a step of the budget for a tenth of a step's progress.
+  auto run_timid = [](double min_step_worth) {
+    toy::BowlRun run(120);
+    ht::HybridOptions o = toy_options("ema");
+    o.min_step_worth = min_step_worth;
+    auto strategy = std::make_unique<ht::HybridStrategy>(
+        o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Timid, 0.1));
+    ht::HybridStrategy* hybrid = strategy.get();
+    run.trainer->set_strategy(std::move(strategy));
+    run_steps(*run.trainer, 120);
+    return hybrid->summary();
+  };
+  const ht::HybridSummary strict = run_timid(ht::HybridOptions{}.min_step_worth);
+  EXPECT_GE(strict.rollbacks, 2);
+  EXPECT_EQ(strict.accepted, 0);
+  EXPECT_EQ(strict.predicted_kept, 0);
+  // Without the bar the same steps pass: they do lower the loss.
+  const ht::HybridSummary lax = run_timid(0.0);
+  EXPECT_EQ(lax.rollbacks, 0);
+  EXPECT_GT(lax.predicted_kept, 10);
+}
+
 namespace {
 
 // Work in full-step units: a forward is a third of a step, a predicted step (an axpy) a fiftieth.

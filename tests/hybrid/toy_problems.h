@@ -172,7 +172,9 @@ inline bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Te
 // Wraps a real predictor and turns its output into something harmful.
 class SabotagedPredictor : public ht::UpdatePredictor {
  public:
-  enum class Mode { Negate, Noise, AlternatePhases };
+  // Negate: the update backwards. Noise: N(0, noise^2). AlternatePhases: noise in alternate
+  // stretches of 20 observations. Timid: the right direction, `noise` times too short.
+  enum class Mode { Negate, Noise, AlternatePhases, Timid };
   SabotagedPredictor(Mode mode, double noise = 1.0,
                      std::unique_ptr<ht::UpdatePredictor> inner = ht::make_ema_predictor(0.9))
       : inner_(std::move(inner)), mode_(mode), noise_(noise) {}
@@ -195,10 +197,12 @@ class SabotagedPredictor : public ht::UpdatePredictor {
     const bool bad = mode_ != Mode::AlternatePhases || (observed_ / 20) % 2 == 0;
     if (!bad) return;
     for (auto& t : out) {
-      if (mode_ != Mode::Negate) {
-        t.normal_(0.0, noise_);
-      } else {
+      if (mode_ == Mode::Negate) {
         t.neg_();
+      } else if (mode_ == Mode::Timid) {
+        t.mul_(noise_);
+      } else {
+        t.normal_(0.0, noise_);
       }
     }
   }

@@ -43,6 +43,12 @@ struct HybridOptions {
   int64_t verify_every = 16;
   int64_t probe_batches = 2;       // training batches concatenated into the probe
   double tolerance = 0.0;          // accepted loss rise, relative to the last verified loss
+  // Holdout: a kept predicted step takes a step of the budget (and of the schedule) from the
+  // real steps, so it must lower the probe loss by at least this fraction of what one real step
+  // lowers it (the real steps' recent per-step rate). 0 = any decrease passes. A quarter keeps
+  // steps that pay for their time (an axpy and a share of the probe forwards) and rejects
+  // decreases at the level of the probe's noise.
+  double min_step_worth = 0.25;
   double spike_zscore = 4.0;       // batch verification: loss z-score over the window that fails
   int64_t loss_window = 32;        // losses kept for z-scores and oscillation
   double grad_explosion = 10.0;    // grad norm above this multiple of its EMA is divergence
