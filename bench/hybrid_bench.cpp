@@ -1,5 +1,5 @@
 // Benchmark of record for hybrid training: plain vs hybrid vs Lookahead on real tasks, several
-// seeds, interleaved. Target = the validation loss plain reaches at ~80 % of its step budget;
+// seeds, the modes of a seed stepped side by side. Target = the validation loss plain reaches at ~80 % of its step budget;
 // reports wall-clock and steps to target, loss at equal wall-clock, peak memory; writes CSV.
 #include <algorithm>
 #include <chrono>
@@ -57,44 +57,82 @@ Config task_config(const std::string& task, int64_t steps) {
   return c;
 }
 
-RunResult run_one(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
-                  int64_t eval_every, const std::vector<std::string>& extra) {
-  Config c = task_config(task, steps);
-  c.set_override("run.seed=" + std::to_string(seed));
-  // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
-  // on the held-out probe, so both verification schemes are measured side by side.
-  const bool hybrid = mode == "hybrid" || mode == "hybrid-batch";
-  c.set_override(std::string("run.mode=") + (hybrid ? "hybrid" : mode));
-  if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
-  for (const auto& kv : extra)
-    if (kv.rfind("hybrid.", 0) != 0 || hybrid) c.set_override(kv);  // hybrid.* only where it applies
-  ht::cli::Session s = ht::cli::build_session(c, true);
-  ht::TrainerOptions o = ht::cli::trainer_options(c);
-  o.checkpoint.dir.clear();  // no disk I/O inside the timed region
-  ht::Trainer trainer(*s.objective, *s.optimizer, *s.data, o);
-  trainer.set_strategy(ht::cli::build_strategy(c));
+int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 
-  RunResult r{task, mode, seed, {}, 0, 0};
-  ht::release_cached_blocks();
-  r.curve.push_back({0, 0.0, trainer.evaluate().val_loss});
-  double seconds = 0;
-  int64_t eval_due = 0;  // as in Trainer::fit: the step an evaluation fell due at, 0 = none
-  while (trainer.step() < steps) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const ht::StepRecord rec = trainer.train_step();
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.peak_bytes = std::max(r.peak_bytes, rec.peak_bytes);  // the monitor resets the allocator's peak per phase
-    if ((trainer.step() % eval_every == 0 || trainer.step() == steps) && eval_due == 0) eval_due = trainer.step();
-    // Only verified weights are scored: predicted steps that are later undone never reach a curve.
-    const bool verified = !trainer.strategy() || trainer.strategy()->at_verified_point();
-    if (eval_due > 0 && trainer.step() >= eval_due && verified) {
-      r.curve.push_back({trainer.step(), seconds, trainer.evaluate().val_loss});
-      eval_due = 0;
-    }
+// One run of one mode. The modes of a seed are stepped side by side, a chunk of steps each in
+// turn, so the machine's slow moments (this is a shared VM) fall on all of them alike.
+class Run {
+ public:
+  Run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps, int64_t eval_every,
+      const std::vector<std::string>& extra)
+      : steps_(steps), eval_every_(eval_every) {
+    Config c = task_config(task, steps);
+    c.set_override("run.seed=" + std::to_string(seed));
+    // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
+    // on the held-out probe, so both verification schemes are measured side by side.
+    const bool hybrid = mode == "hybrid" || mode == "hybrid-batch";
+    c.set_override(std::string("run.mode=") + (hybrid ? "hybrid" : mode));
+    if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
+    for (const auto& kv : extra)
+      if (kv.rfind("hybrid.", 0) != 0 || hybrid) c.set_override(kv);  // hybrid.* only where it applies
+    session_ = ht::cli::build_session(c, true);
+    ht::TrainerOptions o = ht::cli::trainer_options(c);
+    o.checkpoint.dir.clear();  // no disk I/O inside the timed region
+    trainer_ = std::make_unique<ht::Trainer>(*session_.objective, *session_.optimizer, *session_.data, o);
+    trainer_->set_strategy(ht::cli::build_strategy(c));
+    result_ = RunResult{task, mode, seed, {}, 0, 0};
+    result_.curve.push_back({0, 0.0, trainer_->evaluate().val_loss});
   }
-  if (auto* strategy = trainer.strategy()) strategy->on_finish(trainer);
-  r.total_seconds = seconds;
-  return r;
+
+  bool done() const { return trainer_->step() >= steps_; }
+
+  // Up to n training steps, timed, with the evaluations that fall due (untimed). Tensor bytes
+  // are the process's, shared with the other runs alive: this run's peak is a step's peak less
+  // what the others hold.
+  void advance(int64_t n) {
+    const int64_t before = tensor_bytes_now();
+    const int64_t others = before - own_bytes_;
+    for (int64_t i = 0; i < n && !done(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const ht::StepRecord rec = trainer_->train_step();
+      seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      result_.peak_bytes = std::max(result_.peak_bytes, rec.peak_bytes - others);
+      const int64_t step = trainer_->step();
+      if ((step % eval_every_ == 0 || step == steps_) && eval_due_ == 0) eval_due_ = step;
+      // As in Trainer::fit: an evaluation waits for verified weights, so predicted steps that are
+      // later undone never reach a curve.
+      const bool verified = !trainer_->strategy() || trainer_->strategy()->at_verified_point();
+      if (eval_due_ > 0 && step >= eval_due_ && verified) {
+        result_.curve.push_back({step, seconds_, trainer_->evaluate().val_loss});
+        eval_due_ = 0;
+      }
+    }
+    own_bytes_ += tensor_bytes_now() - before;
+  }
+  void add_own_bytes(int64_t bytes) { own_bytes_ += bytes; }
+
+  RunResult finish() {
+    if (auto* strategy = trainer_->strategy()) strategy->on_finish(*trainer_);
+    result_.total_seconds = seconds_;
+    return result_;
+  }
+
+ private:
+  int64_t steps_, eval_every_;
+  ht::cli::Session session_;
+  std::unique_ptr<ht::Trainer> trainer_;
+  RunResult result_;
+  double seconds_ = 0;
+  int64_t eval_due_ = 0;   // the step an evaluation fell due at, 0 = none
+  int64_t own_bytes_ = 0;  // tensor bytes this run holds (its model, optimizer, state, data)
+};
+
+std::unique_ptr<Run> start_run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
+                               int64_t eval_every, const std::vector<std::string>& extra) {
+  const int64_t before = tensor_bytes_now();
+  auto run = std::make_unique<Run>(task, mode, seed, steps, eval_every, extra);
+  run->add_own_bytes(tensor_bytes_now() - before);
+  return run;
 }
 
 // First point at or below the target, linearly interpolated between evaluations.
@@ -131,7 +169,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead"};
-  int64_t seeds = 3, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20;
+  int64_t seeds = 3, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   std::string out_dir = "bench/results";
   std::vector<std::string> extra;
   CLI::App app{"plain vs hybrid vs Lookahead: wall-clock to a target validation loss"};
@@ -142,6 +180,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpt-steps", gpt_steps);
   app.add_option("--cnn-steps", cnn_steps);
   app.add_option("--eval-points", eval_points, "evaluations per run");
+  app.add_option("--chunk", chunk, "steps each mode takes in turn (the modes of a seed run side by side)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--out", out_dir);
   app.add_option("--set", extra, "extra config overrides for every mode (hybrid.* only for hybrid modes), e.g. --set hybrid.predictor=dmd");
   CLI11_PARSE(app, argc, argv);
@@ -179,19 +219,34 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<double>> speedups, final_losses;
     // An untimed warm-up run first: the first run of a process pays for page faults, the
     // allocator's cold cache and lazy initialisation, which would otherwise count against plain.
-    run_one(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra);
+    // It stays alive, so a data set the runs share (Fashion-MNIST is loaded once per process)
+    // is held by none of them and counts in no run's peak.
+    auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra);
+    while (!warm_up->done()) warm_up->advance(chunk);
     for (int64_t seed = 1; seed <= seeds; ++seed) {
+      ht::release_cached_blocks();
+      std::vector<std::unique_ptr<Run>> live;
+      for (const auto& mode : modes) live.push_back(start_run(task, mode, seed, steps, eval_every, extra));
+      // Lockstep: each round, every mode takes `chunk` steps, the first mode rotating each round.
+      for (size_t round = 0;; ++round) {
+        bool any = false;
+        for (size_t j = 0; j < live.size(); ++j) {
+          Run& r = *live[(j + round) % live.size()];
+          if (r.done()) continue;
+          r.advance(chunk);
+          any = true;
+        }
+        if (!any) break;
+      }
       std::map<std::string, RunResult> runs;
-      // Interleaved: every seed runs all modes back to back, starting with a different mode each
-      // seed so slow drift of the machine does not always favour the same one.
-      std::vector<std::string> order = modes;
-      std::rotate(order.begin(), order.begin() + (seed - 1) % order.size(), order.end());
-      for (const auto& mode : order) {
-        runs[mode] = run_one(task, mode, seed, steps, eval_every, extra);
+      for (size_t j = 0; j < live.size(); ++j) {
+        const std::string& mode = modes[j];
+        runs[mode] = live[j]->finish();
         for (const auto& p : runs[mode].curve)
           curves << fmt::format("{},{},{},{},{:.4f},{:.6f}\n", task, mode, seed, p.step, p.seconds, p.val_loss);
-        curves.flush();
       }
+      live.clear();
+      curves.flush();
       const RunResult& plain = runs.at("plain");
       // Target: plain's validation loss at the evaluation nearest 80 % of its budget.
       double target = plain.curve.back().val_loss;
