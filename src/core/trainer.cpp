@@ -11,6 +11,7 @@
 
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/eval_schedule.h"
 
 namespace ht {
 namespace {
@@ -363,19 +364,15 @@ EvalRecord Trainer::evaluate() {
 
 EvalRecord Trainer::fit() {
   EvalRecord last;
-  const int64_t eval_every = options_.eval_every;
-  // The step an evaluation fell due at (0: none). It runs at the first verified point at or after
-  // that step; a rollback to before it makes it wait until training is back there.
-  int64_t eval_due = 0;
+  EvalSchedule evals(options_.eval_every);
   while (step_ < options_.max_steps && !stop_requested_) {
     StepRecord rec = train_step();
     logger_->on_step(rec);
-    if (eval_every > 0 && step_ % eval_every == 0 && eval_due == 0) eval_due = step_;
     const bool verified = !strategy_ || strategy_->at_verified_point();
-    if (eval_due > 0 && step_ >= eval_due && step_ < options_.max_steps && verified) {
+    // The run's end is evaluated below, after on_finish.
+    if (evals.evaluate_now(step_, verified) && step_ < options_.max_steps) {
       last = evaluate();
       logger_->on_eval(last);
-      eval_due = 0;
     }
     maybe_checkpoint();
   }
