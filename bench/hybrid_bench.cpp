@@ -18,7 +18,9 @@
 #include "hybrid-train/config.h"
 #include "hybrid-train/session.h"
 #include "hybrid/core/allocator.h"
+#include "hybrid/core/eval_schedule.h"
 #include "hybrid/core/runtime.h"
+#include "hybrid/hybrid/strategy.h"
 
 namespace fs = std::filesystem;
 using ht::cli::Config;
@@ -35,6 +37,8 @@ struct RunResult {
   std::vector<Point> curve;
   int64_t peak_bytes = 0;
   double total_seconds = 0;
+  int64_t predicted_applied = 0;  // hybrid modes: predicted updates added to the weights
+  int64_t predicted_kept = 0;     // of those, not rolled back
 };
 
 // Task presets: the same settings as configs/, shortened so 3 modes x 3 seeds fit in minutes.
@@ -65,7 +69,7 @@ class Run {
  public:
   Run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps, int64_t eval_every,
       const std::vector<std::string>& extra)
-      : steps_(steps), eval_every_(eval_every) {
+      : steps_(steps), evals_(eval_every, steps) {
     Config c = task_config(task, steps);
     c.set_override("run.seed=" + std::to_string(seed));
     // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
@@ -97,15 +101,10 @@ class Run {
       const ht::StepRecord rec = trainer_->train_step();
       seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       result_.peak_bytes = std::max(result_.peak_bytes, rec.peak_bytes - others);
-      const int64_t step = trainer_->step();
-      if ((step % eval_every_ == 0 || step == steps_) && eval_due_ == 0) eval_due_ = step;
-      // As in Trainer::fit: an evaluation waits for verified weights, so predicted steps that are
-      // later undone never reach a curve.
+      // As in Trainer::fit: predicted steps that are later undone never reach a curve.
       const bool verified = !trainer_->strategy() || trainer_->strategy()->at_verified_point();
-      if (eval_due_ > 0 && step >= eval_due_ && verified) {
-        result_.curve.push_back({step, seconds_, trainer_->evaluate().val_loss});
-        eval_due_ = 0;
-      }
+      if (evals_.evaluate_now(trainer_->step(), verified))
+        result_.curve.push_back({trainer_->step(), seconds_, trainer_->evaluate().val_loss});
     }
     own_bytes_ += tensor_bytes_now() - before;
   }
@@ -113,17 +112,21 @@ class Run {
 
   RunResult finish() {
     if (auto* strategy = trainer_->strategy()) strategy->on_finish(*trainer_);
+    if (const auto* hybrid = dynamic_cast<const ht::HybridStrategy*>(trainer_->strategy())) {
+      result_.predicted_applied = hybrid->summary().predicted_applied;
+      result_.predicted_kept = hybrid->summary().predicted_kept;
+    }
     result_.total_seconds = seconds_;
     return result_;
   }
 
  private:
-  int64_t steps_, eval_every_;
+  int64_t steps_;
+  ht::EvalSchedule evals_;
   ht::cli::Session session_;
   std::unique_ptr<ht::Trainer> trainer_;
   RunResult result_;
   double seconds_ = 0;
-  int64_t eval_due_ = 0;   // the step an evaluation fell due at, 0 = none
   int64_t own_bytes_ = 0;  // tensor bytes this run holds (its model, optimizer, state, data)
 };
 
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
   std::ofstream curves(out_dir + "/hybrid_curves.csv"), summary(out_dir + "/hybrid_summary.csv");
   curves << "task,mode,seed,step,seconds,val_loss\n";
   summary << "task,mode,seed,target,seconds_to_target,steps_to_target,speedup_vs_plain,"
-             "val_loss_at_plain_seconds,final_val_loss,total_seconds,peak_mib\n";
+             "val_loss_at_plain_seconds,final_val_loss,total_seconds,peak_mib,predicted_applied,predicted_kept\n";
 
   for (const auto& task : tasks) {
     const int64_t steps = task == "gpt" ? gpt_steps : task == "mlp" ? mlp_steps : cnn_steps;
@@ -259,12 +262,16 @@ int main(int argc, char** argv) {
         const double speedup = plain_seconds / sec;
         speedups[mode].push_back(speedup);
         final_losses[mode].push_back(r.curve.back().val_loss);
-        summary << fmt::format("{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.6f},{:.6f},{:.3f},{:.1f}\n", task, mode, seed,
+        summary << fmt::format("{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.6f},{:.6f},{:.3f},{:.1f},{},{}\n", task, mode, seed,
                                target, sec, st, speedup, loss_at_seconds(r.curve, plain.total_seconds),
-                               r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0);
-        std::printf("%s seed %lld %-12s target %.4f: %7.2f s, %6.0f steps to target (%.2fx plain); final %.4f in %.1f s; peak %.1f MiB\n",
+                               r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0,
+                               r.predicted_applied, r.predicted_kept);
+        const std::string kept = r.predicted_applied > 0 ? fmt::format("; kept {} of {} predicted updates",
+                                                                         r.predicted_kept, r.predicted_applied)
+                                                       : std::string();
+        std::printf("%s seed %lld %-12s target %.4f: %7.2f s, %6.0f steps to target (%.2fx plain); final %.4f in %.1f s; peak %.1f MiB%s\n",
                     task.c_str(), static_cast<long long>(seed), mode.c_str(), target, sec, st, speedup,
-                    r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0);
+                    r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0, kept.c_str());
         std::fflush(stdout);
       }
       summary.flush();
