@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "bench_tasks.h"
 #include "hybrid-train/config.h"
 #include "hybrid-train/session.h"
 #include "hybrid/core/allocator.h"
@@ -40,26 +41,6 @@ struct RunResult {
   int64_t predicted_applied = 0;  // hybrid modes: predicted updates added to the weights
   int64_t predicted_kept = 0;     // of those, not rolled back
 };
-
-// Task presets: the same settings as configs/, shortened so 3 modes x 3 seeds fit in minutes.
-Config task_config(const std::string& task, int64_t steps) {
-  Config c;
-  auto set = [&](const std::string& kv) { c.set_override(kv); };
-  if (task == "gpt") {
-    for (auto kv : {"data.dataset=kjv", "model.kind=gpt", "model.preset=tiny", "data.batch_size=16",
-                    "data.context=128", "data.val_batches=8", "optim.lr=0.003", "optim.beta2=0.95",
-                    "schedule.warmup_steps=50"})
-      set(kv);
-  } else {
-    for (auto kv : {"data.dataset=fashion-mnist", "data.batch_size=128", "data.val_batches=20", "optim.lr=0.002",
-                    "optim.beta2=0.999", "optim.weight_decay=0.01", "schedule.warmup_steps=50"})
-      set(kv);
-    set("model.kind=" + task);
-  }
-  set("train.steps=" + std::to_string(steps));
-  set("run.threads=2");
-  return c;
-}
 
 int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 
@@ -196,7 +177,7 @@ int main(int argc, char** argv) {
   // Bad --set keys or values fail here, in a second, not after the first hour of runs.
   try {
     for (const auto& task : tasks) {
-      if (task != "mlp" && task != "gpt" && task != "cnn")
+      if (!known_task(task))
         throw std::invalid_argument("unknown task '" + task + "' in --tasks (use mlp, gpt, cnn)");
       Config c = task_config(task, 100);
       c.set_override("run.mode=hybrid");
