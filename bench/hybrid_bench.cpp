@@ -49,15 +49,19 @@ int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 class Run {
  public:
   Run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps, int64_t eval_every,
-      const std::vector<std::string>& extra)
+      const std::vector<std::string>& extra, double average_decay)
       : steps_(steps), evals_(eval_every, steps) {
     Config c = task_config(task, steps);
     c.set_override("run.seed=" + std::to_string(seed));
     // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
     // on the held-out probe, so both verification schemes are measured side by side.
     const bool hybrid = mode == "hybrid" || mode == "hybrid-batch";
-    c.set_override(std::string("run.mode=") + (hybrid ? "hybrid" : mode));
+    // "plain-average" is plain mode evaluating an exponential average of its weights
+    // (train.average_decay, --average-decay): what averaging the trajectory is worth in time.
+    const bool average = mode == "plain-average";
+    c.set_override(std::string("run.mode=") + (hybrid ? "hybrid" : average ? "plain" : mode));
     if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
+    if (average) c.set_override(fmt::format("train.average_decay={}", average_decay));
     for (const auto& kv : extra)
       if (kv.rfind("hybrid.", 0) != 0 || hybrid) c.set_override(kv);  // hybrid.* only where it applies
     session_ = ht::cli::build_session(c, true);
@@ -112,9 +116,9 @@ class Run {
 };
 
 std::unique_ptr<Run> start_run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
-                               int64_t eval_every, const std::vector<std::string>& extra) {
+                               int64_t eval_every, const std::vector<std::string>& extra, double average_decay) {
   const int64_t before = tensor_bytes_now();
-  auto run = std::make_unique<Run>(task, mode, seed, steps, eval_every, extra);
+  auto run = std::make_unique<Run>(task, mode, seed, steps, eval_every, extra, average_decay);
   run->add_own_bytes(tensor_bytes_now() - before);
   return run;
 }
@@ -155,10 +159,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead"};
   int64_t seeds = 3, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   std::string out_dir = "bench/results";
+  double average_decay = 0.97;
   std::vector<std::string> extra;
   CLI::App app{"plain vs hybrid vs Lookahead: wall-clock to a target validation loss"};
   app.add_option("--tasks", tasks, "mlp gpt cnn");
-  app.add_option("--modes", modes, "plain hybrid hybrid-batch lookahead (plain is required: it sets the target)");
+  app.add_option("--modes", modes,
+                 "plain hybrid hybrid-batch lookahead plain-average (plain is required: it sets the target)");
+  app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds);
   app.add_option("--mlp-steps", mlp_steps);
   app.add_option("--gpt-steps", gpt_steps);
@@ -205,12 +212,12 @@ int main(int argc, char** argv) {
     // allocator's cold cache and lazy initialisation, which would otherwise count against plain.
     // It stays alive, so a data set the runs share (Fashion-MNIST is loaded once per process)
     // is held by none of them and counts in no run's peak.
-    auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra);
+    auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra, average_decay);
     while (!warm_up->done()) warm_up->advance(chunk);
     for (int64_t seed = 1; seed <= seeds; ++seed) {
       ht::release_cached_blocks();
       std::vector<std::unique_ptr<Run>> live;
-      for (const auto& mode : modes) live.push_back(start_run(task, mode, seed, steps, eval_every, extra));
+      for (const auto& mode : modes) live.push_back(start_run(task, mode, seed, steps, eval_every, extra, average_decay));
       // Lockstep: each round, every mode takes `chunk` steps, the first mode rotating each round.
       for (size_t round = 0;; ++round) {
         bool any = false;

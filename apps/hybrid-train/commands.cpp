@@ -148,11 +148,12 @@ int run_sample(const std::string& checkpoint, const SampleOptions& options) {
 int run_info(const std::string& checkpoint) {
   const CheckpointSummary s = inspect_checkpoint(checkpoint);
   std::printf("checkpoint   %s (%s)\nstep         %lld\nparameters   %lld tensors, %.3fM elements\n"
-              "data cursor  seed %llu, epoch %lld, batch %lld\nhybrid state %s\n\n[stored config]\n%s",
+              "data cursor  seed %llu, epoch %lld, batch %lld\nhybrid state %s\nweight avg   %s\n\n[stored config]\n%s",
               checkpoint.c_str(), mib(s.file_bytes).c_str(), static_cast<long long>(s.step),
               static_cast<long long>(s.parameter_tensors), s.parameter_elements / 1e6,
               static_cast<unsigned long long>(s.cursor.seed), static_cast<long long>(s.cursor.epoch),
-              static_cast<long long>(s.cursor.position), s.has_strategy ? "yes" : "no", s.config_text.c_str());
+              static_cast<long long>(s.cursor.position), s.has_strategy ? "yes" : "no",
+              s.has_average ? "yes (eval and sample use it)" : "no", s.config_text.c_str());
   return kOk;
 }
 

@@ -56,6 +56,7 @@ const std::vector<KeySpec>& config_schema() {
 
       {"train.steps", T::Int, "2000", {}, "optimizer steps in total"},
       {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end"},
+      {"train.average_decay", T::Float, "0", {}, "exponential weight average that evaluations, checkpoints and sample use (e.g. 0.97); 0 = off"},
 
       {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off"},
       {"checkpoint.every_seconds", T::Float, "300", {}, "save every n seconds; 0 = off"},

@@ -268,7 +268,10 @@ TrainerOptions trainer_options(const Config& c) {
   o.checkpoint.keep_last = static_cast<int>(c.get_int("checkpoint.keep_last"));
   o.memory.warn_fraction = c.get_float("memory.warn_fraction");
   o.memory.critical_fraction = c.get_float("memory.critical_fraction");
+  o.average_decay = c.get_float("train.average_decay");
   o.config_text = c.to_toml();
+  if (!(o.average_decay == 0.0 || (o.average_decay > 0.0 && o.average_decay < 1.0)))
+    throw ConfigError("train.average_decay must be 0 (off) or in (0, 1), e.g. 0.97 (an average over ~33 steps)");
   if (!(o.memory.warn_fraction > 0 && o.memory.warn_fraction <= 1))
     throw ConfigError("memory.warn_fraction must be in (0, 1], a share of memory.budget");
   if (!(o.memory.critical_fraction >= o.memory.warn_fraction && o.memory.critical_fraction <= 1))

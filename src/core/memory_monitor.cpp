@@ -144,7 +144,7 @@ std::string MemorySummary::to_string() const {
     s += format(" (%.1f%% of the %s budget)", 100.0 * peak_bytes / budget_bytes, mib_text(budget_bytes).c_str());
   s += "\n  resident: parameters " + mib_text(parameter_bytes) + ", gradients " + mib_text(gradient_bytes) +
        ", optimizer state " + mib_text(optimizer_bytes) + ", strategy " + mib_text(strategy_bytes) +
-       ", other (data in memory, allocator rounding) " + mib_text(other_bytes);
+       (average_bytes > 0 ? ", weight average " + mib_text(average_bytes) : std::string()) + ", other (data in memory, allocator rounding) " + mib_text(other_bytes);
   s += "\n  activations and temporaries at the peak: " + mib_text(activation_bytes);
   s += "\n  peak by phase:";
   for (int p = 0; p < kMemoryPhases; ++p) {

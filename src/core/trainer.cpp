@@ -12,6 +12,7 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/eval_schedule.h"
+#include "hybrid/core/weight_average.h"
 
 namespace ht {
 namespace {
@@ -86,6 +87,7 @@ Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data,
     logger_ = null_logger_.get();
   }
   last_checkpoint_time_ = std::chrono::steady_clock::now();
+  if (options_.average_decay != 0.0) average_ = std::make_unique<WeightAverage>(objective_.module(), options_.average_decay);
   if (device_of(optimizer) >= 0 && !memory_.uses_device_allocator())
     logger_->on_message(Level::Warning,
                         "the parameters are on a GPU but this build has no HT_WITH_CUDA: memory figures "
@@ -287,9 +289,10 @@ MemorySummary Trainer::memory_summary() const {
   for (const auto& b : objective_.module().buffers()) s.parameter_bytes += bytes_of(b);
   s.optimizer_bytes = optimizer_.state_bytes();
   s.strategy_bytes = strategy_ ? strategy_->state_bytes() : 0;
+  s.average_bytes = average_ ? average_->bytes() : 0;
   s.peak_bytes = memory_.run_peak_bytes();
   const int64_t resident = memory_.run_peak_resident_bytes();
-  const int64_t known = s.parameter_bytes + s.gradient_bytes + s.optimizer_bytes + s.strategy_bytes;
+  const int64_t known = s.parameter_bytes + s.gradient_bytes + s.optimizer_bytes + s.strategy_bytes + s.average_bytes;
   s.other_bytes = std::max<int64_t>(0, resident - known);
   s.activation_bytes = std::max<int64_t>(0, s.peak_bytes - resident);
   for (int p = 0; p < kMemoryPhases; ++p)
@@ -302,6 +305,8 @@ MemorySummary Trainer::memory_summary() const {
 StepRecord Trainer::train_step() {
   memory_.begin_step();
   StepRecord rec = strategy_ ? strategy_->run_step(*this) : plain_step();
+  // Predicted weights join the average only once verified: a rollback never has to undo it.
+  if (average_ && (!strategy_ || strategy_->at_verified_point())) average_->update();
   memory_.end_step(rec);
   watch_memory_budget(rec);
   return rec;
@@ -324,6 +329,17 @@ StepRecord Trainer::plain_step() {
 }
 
 EvalRecord Trainer::evaluate() {
+  if (!average_ || average_->updates() == 0) return evaluate_weights();
+  // Score the average in the weights' place; swapping back is exact, also after an error.
+  struct Swapped {
+    WeightAverage& average;
+    explicit Swapped(WeightAverage& a) : average(a) { average.swap(); }
+    ~Swapped() { average.swap(); }
+  } swapped(*average_);
+  return evaluate_weights();
+}
+
+EvalRecord Trainer::evaluate_weights() {
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   auto& module = objective_.module();
@@ -436,6 +452,11 @@ void Trainer::save_checkpoint(const std::string& path) {
     strategy_->save(s);
     root.write("strategy", s);
   }
+  if (average_) {
+    torch::serialize::OutputArchive a;
+    average_->save(a);
+    root.write("average", a);
+  }
   std::string payload;
   root.save_to([&](const void* data, size_t n) {
     payload.append(static_cast<const char*>(data), n);
@@ -481,6 +502,16 @@ void Trainer::load_checkpoint(const std::string& path) {
                             "' was written without the hybrid engine; resume it in the mode it was saved in");
     strategy_->load(s);
   }
+  if (average_) {
+    torch::serialize::InputArchive a;
+    if (root.try_read("average", a)) {
+      average_->load(a, "checkpoint '" + path + "'");
+    } else {
+      // Saved without averaging: the average starts from these weights at the next step.
+      average_ = std::make_unique<WeightAverage>(objective_.module(), options_.average_decay);
+      logger_->on_message(Level::Info, "checkpoint '" + path + "' has no weight average: it starts over from here");
+    }
+  }
   last_checkpoint_step_ = step_;
   last_checkpoint_time_ = std::chrono::steady_clock::now();
 }
@@ -502,12 +533,17 @@ std::string Trainer::resume_latest(const std::string& dir) {
 
 namespace ht {
 
-void load_checkpoint_weights(const std::string& path, torch::nn::Module& module) {
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& module, bool prefer_average) {
   const std::string payload = read_checkpoint_file(path);
-  torch::serialize::InputArchive root, model;
+  torch::serialize::InputArchive root, model, average;
   root.load_from(payload.data(), payload.size());
   root.read("model", model);
   copy_model_tensors(model, module, path);
+  if (prefer_average && root.try_read("average", average)) {
+    WeightAverage a(module, 0.5);  // the decay is not used: only the stored tensors
+    a.load(average, "checkpoint '" + path + "'");
+    a.swap();  // the loaded average into the parameters
+  }
 }
 
 CheckpointSummary inspect_checkpoint(const std::string& path) {
@@ -539,6 +575,8 @@ CheckpointSummary inspect_checkpoint(const std::string& path) {
   }
   torch::serialize::InputArchive strategy;
   s.has_strategy = root.try_read("strategy", strategy);
+  torch::serialize::InputArchive average;
+  s.has_average = root.try_read("average", average);
   return s;
 }
 

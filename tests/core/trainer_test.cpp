@@ -1,5 +1,5 @@
 // The trainer end to end on a toy regression: learning, exact resume, corrupt-checkpoint
-// fallback, NaN detection, gradient accumulation, and the out-of-memory ladder.
+// fallback, NaN detection, gradient accumulation, the out-of-memory ladder, the weight average.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +9,7 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/core/weight_average.h"
 #include "support/toy_problem.h"
 
 namespace ht {
@@ -196,6 +197,109 @@ TEST(Trainer, HopelessBudgetWritesAnEmergencyCheckpointThatResumes) {
     expect_same_weights(*run.net, *resumed.net);
   }
   fs::remove_all(dir);
+}
+
+// ---- the weight average (TrainerOptions::average_decay) ------------------------------------
+
+namespace {
+
+TrainerOptions averaged(TrainerOptions o, double decay = 0.9) {
+  o.average_decay = decay;
+  return o;
+}
+
+}  // namespace
+
+TEST(Trainer, WeightAverageScoresBelowTheWeightsOnNoisyTraining) {
+  // Small batches at a constant, high learning rate: the weights jitter around the minimum and
+  // their average sits closer to it. Averaging does not change the trajectory itself.
+  auto noisy = options(600);
+  noisy.schedule.base_lr = 5e-2;
+  noisy.schedule.kind = LrSchedule::Kind::Constant;
+  ToyRun plain(noisy, 4);
+  ToyRun with_average(averaged(noisy, 0.95), 4);
+  plain.trainer->fit();
+  const double average_loss = with_average.trainer->fit().val_loss;
+  expect_same_weights(*plain.net, *with_average.net);
+  const double weights_loss = plain.trainer->evaluate().val_loss;
+  EXPECT_LT(average_loss, 0.8 * weights_loss) << "average " << average_loss << ", weights " << weights_loss;
+}
+
+TEST(Trainer, EvaluationScoresTheAverageAndLeavesTheWeightsBitExact) {
+  ToyRun run(averaged(options(40)));
+  for (int i = 0; i < 40; ++i) run.trainer->train_step();
+  std::vector<at::Tensor> weights;
+  for (const auto& p : run.net->parameters()) weights.push_back(p.detach().clone());
+  const double scored = run.trainer->evaluate().val_loss;
+  for (size_t i = 0; i < weights.size(); ++i) EXPECT_TRUE(torch::equal(run.net->parameters()[i], weights[i]));
+
+  // The same loss from a model that holds the average as its weights.
+  ToyRun other(options(40));
+  {
+    torch::NoGradGuard no_grad;
+    const auto& average = run.trainer->weight_average()->tensors();
+    for (size_t i = 0; i < average.size(); ++i) other.net->parameters()[i].copy_(average[i]);
+  }
+  EXPECT_EQ(other.trainer->evaluate().val_loss, scored);
+  EXPECT_NE(other.trainer->evaluate().val_loss, ToyRun(options(40)).trainer->evaluate().val_loss);
+  EXPECT_GT(run.trainer->memory_summary().average_bytes, 0);
+}
+
+TEST(Trainer, ResumeKeepsTheWeightAverageBitExact) {
+  const std::string dir = temp_dir("average-resume");
+  ToyRun straight(averaged(options(60)));
+  straight.trainer->fit();
+
+  auto half = averaged(options(60));
+  half.max_steps = 30;
+  half.checkpoint.dir = dir;
+  ToyRun first(half);
+  first.trainer->fit();
+
+  ToyRun second(averaged(options(60)));
+  ASSERT_EQ(second.trainer->resume_latest(dir), checkpoint_path(dir, 30));
+  EXPECT_EQ(second.trainer->weight_average()->updates(), 30);
+  second.trainer->fit();
+  expect_same_weights(*straight.net, *second.net);
+  const auto& a = straight.trainer->weight_average()->tensors();
+  const auto& b = second.trainer->weight_average()->tensors();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
+  EXPECT_TRUE(inspect_checkpoint(checkpoint_path(dir, 30)).has_average);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, CheckpointWeightsForSamplingComeFromTheAverage) {
+  const std::string dir = temp_dir("average-weights");
+  auto o = averaged(options(30));
+  o.checkpoint.dir = dir;
+  ToyRun run(o);
+  run.trainer->fit();
+  const std::string path = checkpoint_path(dir, 30);
+
+  testing::ToyNet from_average, from_weights;
+  load_checkpoint_weights(path, from_average);
+  load_checkpoint_weights(path, from_weights, /*prefer_average=*/false);
+  const auto& average = run.trainer->weight_average()->tensors();
+  for (size_t i = 0; i < average.size(); ++i) {
+    EXPECT_TRUE(torch::equal(from_average.parameters()[i], average[i])) << i;
+    EXPECT_TRUE(torch::equal(from_weights.parameters()[i], run.net->parameters()[i])) << i;
+    EXPECT_FALSE(torch::equal(from_average.parameters()[i], from_weights.parameters()[i])) << i;
+  }
+
+  // A run with averaging that resumes a checkpoint written without it starts the average over.
+  const std::string plain_dir = temp_dir("average-none");
+  auto p = options(10);
+  p.checkpoint.dir = plain_dir;
+  ToyRun plain(p);
+  plain.trainer->fit();
+  ToyRun resumed(averaged(options(20)));
+  ASSERT_EQ(resumed.trainer->resume_latest(plain_dir), checkpoint_path(plain_dir, 10));
+  EXPECT_EQ(resumed.trainer->weight_average()->updates(), 0);
+  resumed.trainer->train_step();
+  EXPECT_EQ(resumed.trainer->weight_average()->updates(), 1);
+  fs::remove_all(dir);
+  fs::remove_all(plain_dir);
 }
 
 }  // namespace ht

@@ -90,6 +90,7 @@ struct MemorySummary {
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;  // optimizer state (moments, momentum)
   int64_t strategy_bytes = 0;   // step strategy: hybrid snapshot, buffers, predictor; Lookahead
+  int64_t average_bytes = 0;    // the weight average (TrainerOptions::average_decay)
   int64_t other_bytes = 0;      // other tensors live between steps (data, caches of the app)
   int64_t activation_bytes = 0; // peak minus what was live after that step: activations, temporaries
   int64_t peak_bytes = 0;       // highest step peak of the run

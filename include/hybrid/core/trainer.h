@@ -58,6 +58,9 @@ struct TrainerOptions {
   CheckpointOptions checkpoint;
   MemoryPressureOptions memory;
   std::string config_text;     // stored verbatim in checkpoints (for `info` and resume checks)
+  // > 0: keep an exponential average of the weights with this decay (e.g. 0.97), updated after
+  // every verified step; evaluations score it, checkpoints keep it, sampling uses it.
+  double average_decay = 0.0;
 };
 
 class TrainingError : public std::runtime_error {
@@ -74,6 +77,7 @@ class OutOfMemoryExit : public TrainingError {
 };
 
 class Trainer;
+class WeightAverage;
 
 // A full step's result: what the hybrid engine and the trainer need to know.
 struct FullStepResult {
@@ -107,10 +111,12 @@ struct CheckpointSummary {
   int64_t parameter_tensors = 0;
   int64_t parameter_elements = 0;
   bool has_strategy = false;
+  bool has_average = false;
 };
 CheckpointSummary inspect_checkpoint(const std::string& path);
-// Copies a checkpoint's model tensors into `module` in place (for eval and sampling).
-void load_checkpoint_weights(const std::string& path, torch::nn::Module& module);
+// Copies a checkpoint's model tensors into `module` in place (for eval and sampling); the
+// parameters from its weight average when it holds one and `prefer_average` is set.
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& module, bool prefer_average = true);
 
 class Trainer {
  public:
@@ -120,12 +126,14 @@ class Trainer {
 
   void set_strategy(std::unique_ptr<StepStrategy> strategy);
   StepStrategy* strategy() { return strategy_.get(); }
+  // The weight average, or null when TrainerOptions::average_decay is 0.
+  const WeightAverage* weight_average() const { return average_.get(); }
 
   // Trains until max_steps or request_stop(). Evaluates at eval_every and at the end, saves
   // periodic checkpoints and a final one. Returns the last evaluation.
   EvalRecord fit();
   StepRecord train_step();  // one step through the strategy (or a plain full step)
-  EvalRecord evaluate();
+  EvalRecord evaluate();  // scores the weight average when there is one
 
   // Forward + backward + clip + optimizer step on the next grad_accum batches. Sets the lr from
   // the schedule. Throws TrainingError on a non-finite loss or gradient, naming the step.
@@ -171,6 +179,7 @@ class Trainer {
   Logger* logger_;
   std::unique_ptr<Logger> null_logger_;
   std::unique_ptr<StepStrategy> strategy_;
+  std::unique_ptr<WeightAverage> average_;
   int64_t step_ = 0;
   std::atomic<bool> stop_requested_{false};
   std::chrono::steady_clock::time_point last_checkpoint_time_;
@@ -184,6 +193,7 @@ class Trainer {
   int64_t steps_below_warn_ = 0;  // consecutive; the level re-arms after enough of them
 
   FullStepResult full_step_once();
+  EvalRecord evaluate_weights();  // evaluate() on the model's current weights
   StepRecord plain_step();
   void respond_to_memory_pressure(const std::string& what, int attempt);
   void watch_memory_budget(const StepRecord& rec);
