@@ -44,7 +44,7 @@ void print_breakdown(const MemoryEstimate& e) {
   std::printf("  parameters         %12s\n", mib(e.params).c_str());
   std::printf("  gradients          %12s\n", mib(e.grads).c_str());
   std::printf("  optimizer state    %12s\n", mib(e.optimizer_state).c_str());
-  if (e.mode_state > 0) std::printf("  mode state         %12s  (snapshot, buffers, predictor)\n", mib(e.mode_state).c_str());
+  if (e.mode_state > 0) std::printf("  mode state         %12s  (hybrid or Lookahead state, weight average)\n", mib(e.mode_state).c_str());
   std::printf("  activations        %12s  (saved for backward, and the batch)\n", mib(e.activations).c_str());
   std::printf("  transient          %12s  (gradients and workspace in flight)\n", mib(e.transient).c_str());
   std::printf("  peak               %12s  at %s\n", mib(e.peak).c_str(), e.peak_at.c_str());
@@ -105,6 +105,7 @@ PlanInputs plan_inputs(const Config& c) {
   in.levers.predictor = c.get_string("hybrid.predictor");
   in.levers.dmd_history = HybridOptions{}.dmd_history;
   in.levers.probe_batches = c.get_int("hybrid.probe_batches");
+  in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
   if (in.levers.recompute_every < 1) throw ConfigError("memory.recompute_every must be >= 1");
   if (in.kind == "gpt") {
     in.gpt = gpt_config(c);

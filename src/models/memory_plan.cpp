@@ -48,7 +48,9 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
   }
   e.params = copy;
   e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
-  if (levers.mode == TrainMode::Lookahead) e.mode_state = copy;  // slow weights
+  const int64_t average = levers.weight_average ? copy : 0;  // weight_average.cpp: one copy
+  e.mode_state = average;
+  if (levers.mode == TrainMode::Lookahead) e.mode_state += copy;  // slow weights
   if (levers.mode != TrainMode::Hybrid) return;
   // hybrid_strategy.cpp: the rollback snapshot; predictors that consume updates also need the
   // before_, delta_ and predicted_ buffers (trajectory predictors add in place and measure on
@@ -59,7 +61,7 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
   if (p == "regression") copies += 2;                    // a_, b_
   else if (p == "drift") copies += 4;                    // a_, b_, first_, sq_
   else if (p == "mean" || p == "last" || p == "ema" || p == "rssm") copies += 1;  // a_ / avg_ / ema_
-  e.mode_state = copies * copy;
+  e.mode_state = average + copies * copy;
   if (p == "dmd")
     for (int64_t n : numels) e.mode_state += blk(levers.dmd_history * n * kF32);  // ring [K, n]
 }

@@ -103,6 +103,7 @@ struct PlanCase {
   const char* name;
   std::vector<std::string> overrides;
   int steps = 2;  // the second step is the first with gradients already allocated
+  double tolerance = 0.10;  // of the measured peak
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
@@ -112,7 +113,7 @@ class PlanAccuracy : public ::testing::TestWithParam<PlanCase> {};
 TEST_P(PlanAccuracy, EstimateWithinTenPercentOfMeasuredPeak) {
   const Measured m = run_steps(GetParam().overrides, GetParam().steps);
   EXPECT_GT(m.peak, 0);
-  EXPECT_NEAR(static_cast<double>(m.estimate), static_cast<double>(m.peak), 0.10 * m.peak)
+  EXPECT_NEAR(static_cast<double>(m.estimate), static_cast<double>(m.peak), GetParam().tolerance * m.peak)
       << "estimate " << m.estimate << " B, measured " << m.peak << " B";
 }
 
@@ -137,6 +138,10 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"MidGptOddBatchGradAccum", mid_gpt({"data.batch_size=5", "optim.grad_accum=2"})},
         PlanCase{"MlpOnFashionMnistShapes",
                  {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=256"}},
+        // The average is 7 % of this peak: a tight bound tells whether it is modelled.
+        PlanCase{"MlpWithWeightAverage",
+                 {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "train.average_decay=0.97"},
+                 2, 0.01},
         PlanCase{"CnnOnFashionMnistShapes",
                  {"model.kind=cnn", "data.dataset=fashion-mnist", "data.batch_size=128"}},
         PlanCase{"TinyGptHybridMean",

@@ -29,6 +29,7 @@ struct MemoryLevers {
   std::string predictor = "mean";  // hybrid.predictor: decides the predictor's state
   int64_t dmd_history = 8;         // dmd predictor: weight deltas it keeps
   int64_t probe_batches = 2;       // hybrid.probe_batches: batches in the verification forward
+  bool weight_average = false;     // train.average_decay > 0: one more copy of the parameters
 };
 
 struct TrainShape {
@@ -44,7 +45,8 @@ struct MemoryEstimate {
   int64_t params = 0;  // with the model's other tensors (naive attention's causal mask)
   int64_t grads = 0;
   int64_t optimizer_state = 0;
-  int64_t mode_state = 0;    // hybrid snapshot + buffers + predictor, or Lookahead's slow weights
+  int64_t mode_state = 0;    // hybrid snapshot + buffers + predictor, or Lookahead's slow weights,
+                             // and the weight average
   int64_t activations = 0;   // saved for backward (and the data batch) at the peak moment
   int64_t transient = 0;     // workspace and gradients in flight at the peak moment
   // A forward without grad: evaluation, or (hybrid) a predicted step's verification forward on
