@@ -508,7 +508,7 @@ void Trainer::load_checkpoint(const std::string& path) {
       average_->load(a, "checkpoint '" + path + "'");
     } else {
       // Saved without averaging: the average starts from these weights at the next step.
-      average_ = std::make_unique<WeightAverage>(objective_.module(), options_.average_decay);
+      average_->reset();
       logger_->on_message(Level::Info, "checkpoint '" + path + "' has no weight average: it starts over from here");
     }
   }
@@ -540,9 +540,7 @@ void load_checkpoint_weights(const std::string& path, torch::nn::Module& module,
   root.read("model", model);
   copy_model_tensors(model, module, path);
   if (prefer_average && root.try_read("average", average)) {
-    WeightAverage a(module, 0.5);  // the decay is not used: only the stored tensors
-    a.load(average, "checkpoint '" + path + "'");
-    a.swap();  // the loaded average into the parameters
+    WeightAverage::read_into(average, module, "checkpoint '" + path + "'");
   }
 }
 

@@ -9,6 +9,22 @@
 #include "hybrid/core/checkpoint_file.h"
 
 namespace ht {
+namespace {
+
+// The stored average of one parameter into `dst`, with the name and shape checked.
+void read_tensor(torch::serialize::InputArchive& archive, const std::string& name, at::Tensor& dst,
+                 const std::string& what) {
+  at::Tensor t;
+  if (!archive.try_read("param/" + name, t))
+    throw CheckpointError(what + ": its weight average has no tensor '" + name +
+                          "': it was saved from a different model (check the model config)");
+  if (!t.sizes().equals(dst.sizes()))
+    throw CheckpointError(what + ": weight average '" + name + "' has shape " + c10::str(t.sizes()) +
+                          " but the model expects " + c10::str(dst.sizes()));
+  dst.copy_(t);
+}
+
+}  // namespace
 
 WeightAverage::WeightAverage(torch::nn::Module& module, double decay) : decay_(decay) {
   if (!(decay > 0.0 && decay < 1.0))
@@ -56,17 +72,17 @@ void WeightAverage::load(torch::serialize::InputArchive& archive, const std::str
   torch::NoGradGuard no_grad;
   at::Tensor updates;
   archive.read("updates", updates);
-  for (size_t i = 0; i < names_.size(); ++i) {
-    at::Tensor t;
-    if (!archive.try_read("param/" + names_[i], t))
-      throw CheckpointError(what + ": its weight average has no tensor '" + names_[i] +
-                            "': it was saved from a different model (check the model config)");
-    if (!t.sizes().equals(average_[i].sizes()))
-      throw CheckpointError(what + ": weight average '" + names_[i] + "' has shape " + c10::str(t.sizes()) +
-                            " but the model expects " + c10::str(average_[i].sizes()));
-    average_[i].copy_(t);
-  }
+  for (size_t i = 0; i < names_.size(); ++i) read_tensor(archive, names_[i], average_[i], what);
   updates_ = updates.item<int64_t>();
+}
+
+void WeightAverage::read_into(torch::serialize::InputArchive& archive, torch::nn::Module& module,
+                              const std::string& what) {
+  torch::NoGradGuard no_grad;
+  at::Tensor updates;
+  archive.read("updates", updates);
+  if (updates.item<int64_t>() == 0) return;  // never updated: the weights are what there is
+  for (auto& kv : module.named_parameters()) read_tensor(archive, kv.key(), kv.value(), what);
 }
 
 }  // namespace ht

@@ -22,6 +22,7 @@ class WeightAverage {
   WeightAverage(torch::nn::Module& module, double decay);
 
   void update();                 // folds the module's current parameters in (under no-grad)
+  void reset() { updates_ = 0; } // the next update starts the average over from the weights
   // Exchanges the average and the module's parameters in place, one tensor at a time (the only
   // temporary is one parameter-sized copy). Twice restores both bit for bit. No-op before the
   // first update.
@@ -35,6 +36,8 @@ class WeightAverage {
   // Keyed by parameter name; load() checks names and shapes and names the mismatch.
   void save(torch::serialize::OutputArchive& archive) const;
   void load(torch::serialize::InputArchive& archive, const std::string& what);
+  // Copies an average saved by save() straight into `module`'s parameters (sampling, eval).
+  static void read_into(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what);
 
  private:
   double decay_;
