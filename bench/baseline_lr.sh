@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Is plain mode's learning rate in the benchmark of record tuned? Runs plain mode of each task at
-# half, once, twice and four times its learning rate (the GPT also 8x; 3 seeds each) and prints the median final val loss.
-# Usage: bench/baseline_lr.sh [seeds]   (build first: scripts/build.sh)
+# Is plain mode's learning rate in the benchmark of record tuned? Runs plain mode of each task over a
+# grid of learning rates (3 seeds each by default) and prints the median and per-seed final val loss.
+# Usage: bench/baseline_lr.sh [seeds] [task:lr,lr,... ...]   (build first: scripts/build.sh)
+#   e.g. bench/baseline_lr.sh 3 mlp:0.003,0.005 gpt:0.008
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-3}
+shift || true
+grids=("$@")
+if [ ${#grids[@]} -eq 0 ]; then
+  grids=(mlp:0.001,0.002,0.003,0.004,0.005,0.006,0.008 gpt:0.0015,0.003,0.006,0.008,0.01,0.012,0.024
+         cnn:0.001,0.002,0.004,0.008,0.012,0.016,0.024)
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for spec in "mlp 0.001 0.002 0.004 0.008" "gpt 0.0015 0.003 0.006 0.012 0.024"; do
-  read -r task lrs <<<"$spec"
-  for lr in $lrs; do
-    line=$(./build/bench/hybrid_bench --tasks "$task" --modes plain --seeds "$seeds" --out "$out" \
-             --set "optim.lr=$lr" | grep '^== ')
-    echo "$task lr $lr: ${line#*reached in }"
+for grid in "${grids[@]}"; do
+  task=${grid%%:*}
+  IFS=, read -r -a lrs <<<"${grid#*:}"
+  for lr in "${lrs[@]}"; do
+    log=$(./build/bench/hybrid_bench --tasks "$task" --modes plain --seeds "$seeds" --out "$out" \
+            --set "optim.lr=$lr")
+    # Per-seed finals too: a median hides the one seed in three that diverges at the edge of stability.
+    finals=$(sed -n 's/.* final \([0-9.na]*\) in .*/\1/p' <<<"$log" | paste -sd' ')
+    line=$(grep '^== ' <<<"$log")
+    echo "$task lr $lr: ${line#*reached in } (seeds: $finals)"
   done
 done

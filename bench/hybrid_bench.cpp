@@ -156,7 +156,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
-  std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead"};
+  std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "plain-average"};
   int64_t seeds = 3, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   std::string out_dir = "bench/results";
   double average_decay = 0.97;
