@@ -8,8 +8,8 @@
 
 // The settings of configs/, shortened so several modes x seeds fit in minutes. Learning rates are
 // plain mode's best on a grid at these lengths (bench/baseline_lr.sh, bench/results/baseline_lr.log):
-// a speedup over an untuned baseline would only measure the learning rate. GPT: 0.01-0.012 end level or
-// lower in the median, but 0.012 diverges in one seed of three; 0.008 keeps a margin.
+// a speedup over an untuned baseline would only measure the learning rate. GPT: 0.01-0.012 end
+// level or lower in the median, but 0.012 diverges in one seed of three; 0.008 keeps a margin.
 inline ht::cli::Config task_config(const std::string& task, int64_t steps) {
   ht::cli::Config c;
   auto set = [&](const std::string& kv) { c.set_override(kv); };
