@@ -1,6 +1,6 @@
 // Lookahead (Zhang et al., NeurIPS 2019) as a step strategy: the trainer's optimizer takes k fast
-// steps, then slow += alpha * (fast - slow) and the fast weights restart from slow. The inner
-// optimizer's state is kept, as in the paper's default. The no-learning baseline for hybrid.
+// steps, then slow += alpha * (fast - slow) and the fast weights restart from slow; with outer
+// momentum it is SNOO (2025). Inner optimizer state is kept. The no-learning baselines for hybrid.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -11,15 +11,19 @@
 
 namespace ht {
 
-LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha) : k_(k), alpha_(alpha) {
+LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha, double momentum)
+    : k_(k), alpha_(alpha), momentum_(momentum) {
   if (k < 1) throw std::invalid_argument("lookahead: k must be >= 1, got " + std::to_string(k));
   if (!(alpha > 0.0 && alpha <= 1.0)) {
     throw std::invalid_argument("lookahead: alpha must be in (0, 1], got " + std::to_string(alpha));
   }
+  if (!(momentum >= 0.0 && momentum < 1.0)) {
+    throw std::invalid_argument("lookahead: momentum must be in [0, 1), got " + std::to_string(momentum));
+  }
 }
 
-std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k, double alpha) {
-  return std::make_unique<LookaheadStrategy>(k, alpha);
+std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k, double alpha, double momentum) {
+  return std::make_unique<LookaheadStrategy>(k, alpha, momentum);
 }
 
 StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
@@ -28,6 +32,10 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   if (slow_.empty()) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) slow_.push_back(p.detach().clone());
+  }
+  if (momentum_ > 0.0 && outer_.empty()) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params) outer_.push_back(torch::zeros_like(p));
   }
   const FullStepResult r = trainer.full_step();
   StepRecord rec;
@@ -39,7 +47,15 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   if (++count_ >= k_) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
-      slow_[i].lerp_(params[i], alpha_);  // slow += alpha * (fast - slow), no temporary
+      if (momentum_ == 0.0) {
+        slow_[i].lerp_(params[i], alpha_);  // slow += alpha * (fast - slow), no temporary
+      } else {
+        // The fast weights are overwritten below, so they hold the pseudo-gradient meanwhile.
+        const at::Tensor& s = params[i];
+        s.sub_(slow_[i]).neg_();                        // s = slow - fast
+        outer_[i].mul_(momentum_).add_(s);              // b = momentum * b + s
+        slow_[i].sub_(s, alpha_).sub_(outer_[i], alpha_ * momentum_);  // Nesterov
+      }
       params[i].copy_(slow_[i]);
     }
     count_ = 0;
@@ -53,25 +69,36 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   return rec;
 }
 
-int64_t LookaheadStrategy::slow_bytes() const {
+int64_t LookaheadStrategy::state_bytes() const {
   int64_t b = 0;
-  for (const auto& t : slow_) b += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto* buffers : {&slow_, &outer_})
+    for (const auto& t : *buffers) b += t.numel() * static_cast<int64_t>(t.element_size());
   return b;
 }
 
 void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
   archive_io::put(a, "k", k_);
   archive_io::put(a, "alpha", alpha_);
+  archive_io::put(a, "momentum", momentum_);
   archive_io::put(a, "count", count_);
   archive_io::put_tensors(a, "slow", slow_);
+  if (momentum_ > 0.0) archive_io::put_tensors(a, "outer", outer_);
 }
 
 void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
   if (archive_io::get_int(a, "k") != k_) {
     throw std::runtime_error("lookahead state was saved with a different k: resume with the same settings");
   }
+  // Checkpoints from before SNOO hold no momentum: they are plain Lookahead's.
+  c10::IValue saved_momentum;
+  const double momentum = a.try_read("momentum", saved_momentum) ? saved_momentum.toDouble() : 0.0;
+  if ((momentum > 0.0) != (momentum_ > 0.0)) {
+    throw std::runtime_error("lookahead state was saved with lookahead.momentum=" + std::to_string(momentum) +
+                             ": resume with momentum " + (momentum > 0.0 ? "> 0" : "0"));
+  }
   count_ = archive_io::get_int(a, "count");
   archive_io::get_tensors_into(a, "slow", slow_);
+  if (momentum_ > 0.0) archive_io::get_tensors_into(a, "outer", outer_);
 }
 
 }  // namespace ht

@@ -1,4 +1,5 @@
-// Lookahead baseline: synchronises every k steps to slow += alpha (fast - slow), trains, resumes.
+// Lookahead baseline: synchronises every k steps to slow += alpha (fast - slow), trains, resumes;
+// with outer momentum (SNOO) lands past the fast weights and speeds up a smooth descent.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -22,6 +23,33 @@ TEST(Lookahead, SyncsEveryKStepsToTheInterpolatedWeights) {
   EXPECT_TRUE(torch::allclose(run.bowl->w, w0 + 0.5 * (fast.bowl->w - w0)));
   EXPECT_THROW(ht::make_lookahead_strategy(0, 0.5), std::invalid_argument);
   EXPECT_THROW(ht::make_lookahead_strategy(5, 1.5), std::invalid_argument);
+  EXPECT_THROW(ht::make_lookahead_strategy(5, 0.5, 1.0), std::invalid_argument);
+  EXPECT_THROW(ht::make_lookahead_strategy(5, 0.5, -0.1), std::invalid_argument);
+}
+
+TEST(Lookahead, SnooFirstSyncLandsPastTheFastWeights) {
+  // b starts at 0, so the first sync is slow = w0 - alpha (1 + momentum) (w0 - fast).
+  toy::BowlRun run(10);
+  run.trainer->set_strategy(ht::make_lookahead_strategy(3, 0.8, 0.5));
+  const at::Tensor w0 = run.bowl->w.detach().clone();
+  toy::BowlRun fast(3);
+  for (int i = 0; i < 3; ++i) fast.trainer->train_step();
+  for (int i = 0; i < 3; ++i) run.trainer->train_step();
+  EXPECT_TRUE(torch::allclose(run.bowl->w, w0 + 0.8 * 1.5 * (fast.bowl->w - w0)));
+}
+
+TEST(Lookahead, SnooMomentumSpeedsUpASmoothDescent) {
+  // On the bowl SGD's steps all point the same way, so the pseudo-gradients do too and their
+  // momentum carries the weights further: the case where extrapolation is known to pay.
+  auto loss_after = [](double momentum) {
+    toy::BowlRun run(60, 0.02);
+    run.trainer->set_strategy(ht::make_lookahead_strategy(5, 1.0, momentum));
+    for (int i = 0; i < 60; ++i) run.trainer->train_step();
+    return run.loss();
+  };
+  const double plain_lookahead = loss_after(0.0);  // alpha 1, no momentum: plain SGD
+  const double snoo = loss_after(0.5);
+  EXPECT_LT(snoo, 0.7 * plain_lookahead);  // measured: 0.98 against 2.56
 }
 
 TEST(Lookahead, TrainsTheMlpAndResumesBitExactly) {
@@ -39,5 +67,33 @@ TEST(Lookahead, TrainsTheMlpAndResumesBitExactly) {
   b.trainer->load_checkpoint(path.string());
   for (int i = 152; i < 300; ++i) b.trainer->train_step();
   EXPECT_TRUE(toy::all_equal(a.optimizer->parameters(), b.optimizer->parameters()));
+  std::filesystem::remove(path);
+}
+
+TEST(Lookahead, SnooResumesBitExactlyWithItsMomentum) {
+  const auto path = std::filesystem::temp_directory_path() / "ht_snoo_test.ht";
+  toy::MlpRun a(200);
+  a.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.7, 0.5));
+  const double start = a.val_loss();
+  for (int i = 0; i < 52; ++i) a.trainer->train_step();  // 10 syncs: the momentum buffer is live
+  a.trainer->save_checkpoint(path.string());
+  for (int i = 52; i < 200; ++i) a.trainer->train_step();
+  EXPECT_LT(a.val_loss(), 0.5 * start);
+
+  toy::MlpRun b(200, 3e-3, 42);
+  b.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.7, 0.5));
+  b.trainer->load_checkpoint(path.string());
+  for (int i = 52; i < 200; ++i) b.trainer->train_step();
+  EXPECT_TRUE(toy::all_equal(a.optimizer->parameters(), b.optimizer->parameters()));
+
+  // Resuming SNOO state as plain Lookahead would drop the momentum: refused, with the key named.
+  toy::MlpRun c(200, 3e-3, 42);
+  c.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.7));
+  try {
+    c.trainer->load_checkpoint(path.string());
+    ADD_FAILURE() << "loading SNOO state into plain Lookahead did not throw";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("lookahead.momentum"), std::string::npos) << e.what();
+  }
   std::filesystem::remove(path);
 }
