@@ -88,7 +88,8 @@ const std::vector<KeySpec>& config_schema() {
       {"hybrid.max_step_scale", T::Float, num(H.max_step_scale), {}, "predicted-update multiplier at full confidence"},
       {"hybrid.pay_check", T::Bool, H.pay_check ? "true" : "false", {}, "predict only while it lowers the loss faster per second"},
       {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update"},
-      {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size"},
+      {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)"},
+      {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO"},
 
       {"sample.prompt", T::String, "And God said", {}, "prompt for `sample` and the end of `train`"},
       {"sample.tokens", T::Int, "200", {}, "tokens to generate"},

@@ -106,6 +106,7 @@ PlanInputs plan_inputs(const Config& c) {
   in.levers.dmd_history = HybridOptions{}.dmd_history;
   in.levers.probe_batches = c.get_int("hybrid.probe_batches");
   in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
+  in.levers.outer_momentum = c.get_float("lookahead.momentum") > 0.0;
   if (in.levers.recompute_every < 1) throw ConfigError("memory.recompute_every must be >= 1");
   if (in.kind == "gpt") {
     in.gpt = gpt_config(c);

@@ -218,8 +218,10 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
   if (mode == "lookahead") {
     const int64_t k = c.get_int("lookahead.k");
     const double alpha = c.get_float("lookahead.alpha");
+    const double momentum = c.get_float("lookahead.momentum");
     if (k < 1 || !(alpha > 0 && alpha <= 1)) throw ConfigError("lookahead needs k >= 1 and 0 < alpha <= 1");
-    return make_lookahead_strategy(k, alpha);
+    if (!(momentum >= 0 && momentum < 1)) throw ConfigError("lookahead.momentum must be in [0, 1)");
+    return make_lookahead_strategy(k, alpha, momentum);
   }
   if (mode != "hybrid") return nullptr;
   HybridOptions h;

@@ -50,7 +50,10 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
   e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
   const int64_t average = levers.weight_average ? copy : 0;  // weight_average.cpp: one copy
   e.mode_state = average;
-  if (levers.mode == TrainMode::Lookahead) e.mode_state += copy;  // slow weights
+  if (levers.mode == TrainMode::Lookahead) {
+    e.mode_state += copy;                              // slow weights
+    if (levers.outer_momentum) e.mode_state += copy;  // SNOO's momentum buffer
+  }
   if (levers.mode != TrainMode::Hybrid) return;
   // hybrid_strategy.cpp: the rollback snapshot; predictors that consume updates also need the
   // before_, delta_ and predicted_ buffers (trajectory predictors add in place and measure on

@@ -150,7 +150,12 @@ INSTANTIATE_TEST_SUITE_P(
                  tiny({"run.mode=hybrid", "hybrid.predictor=ema", "hybrid.warmup_steps=1",
                        "hybrid.full_steps=2"}), 5},
         PlanCase{"TinyGptLookaheadSgd",
-                 tiny({"run.mode=lookahead", "optim.name=sgd", "lookahead.k=2"}), 3}),
+                 tiny({"run.mode=lookahead", "optim.name=sgd", "lookahead.k=2"}), 3},
+        // SNOO's momentum buffer is 7 % of this peak, like the average above.
+        PlanCase{"MlpSnoo",
+                 {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=lookahead",
+                  "lookahead.k=2", "lookahead.momentum=0.5"},
+                 3, 0.01}),
     [](const ::testing::TestParamInfo<PlanCase>& info) { return std::string(info.param.name); });
 
 // GPT-2 small at T = 1024: 5-7 GiB and about a minute each, so only on request.

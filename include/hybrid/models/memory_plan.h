@@ -30,6 +30,7 @@ struct MemoryLevers {
   int64_t dmd_history = 8;         // dmd predictor: weight deltas it keeps
   int64_t probe_batches = 2;       // hybrid.probe_batches: batches in the verification forward
   bool weight_average = false;     // train.average_decay > 0: one more copy of the parameters
+  bool outer_momentum = false;     // Lookahead with lookahead.momentum > 0 (SNOO): one more copy
 };
 
 struct TrainShape {
