@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark of record for hybrid training, in one command: runs bench/hybrid_bench (plain vs
-# hybrid vs Lookahead vs plain with a weight average, 3 seeds, 3 tasks) and draws the plots.
+# hybrid vs Lookahead vs SNOO vs plain with a weight average, 3 seeds, 3 tasks) and draws the plots.
 # Build first: scripts/build.sh.
 # Usage: bench/hybrid_bench.sh [extra hybrid_bench flags, e.g. --seeds 5 --set hybrid.predictor=dmd]
 set -euo pipefail
