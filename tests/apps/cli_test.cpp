@@ -74,6 +74,10 @@ TEST(Cli, BadInputGetsAClearErrorAndAUsageExitCode) {
 
   r = run("frobnicate");
   EXPECT_EQ(r.code, 2) << r.output;
+
+  r = run("train run.mode=lookahead lookahead.momentum=1");  // SNOO's outer momentum must be < 1
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("lookahead.momentum must be in [0, 1)"), std::string::npos) << r.output;
 }
 
 TEST(Cli, MissingDataSetNamesTheFileOrPackage) {
