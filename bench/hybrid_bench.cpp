@@ -60,8 +60,8 @@ class Run {
     // (train.average_decay, --average-decay): what averaging the trajectory is worth in time.
     const bool average = mode == "plain-average";
     // "snoo" is Lookahead with outer Nesterov momentum (SNOO), at the setting that did best over
-    // both tasks in a screen of 17 on the MLP and 8 on the GPT (bench/results/snoo_screen.log):
-    // k 10, outer lr 0.3, momentum 0.7. Its steady outer step alpha / (1 - momentum) = 1 keeps the
+    // both tasks in a screen of 18 settings on the MLP and 10 on the GPT
+    // (bench/results/snoo_screen.log): k 10, outer lr 0.3, momentum 0.7. Its steady outer step alpha / (1 - momentum) = 1 keeps the
     // trajectory's drift and damps the noise around it; above 1 it diverged or missed the target.
     const bool snoo = mode == "snoo";
     c.set_override(std::string("run.mode=") + (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : mode));
