@@ -2,7 +2,9 @@
 // ~2 bytes of state per parameter, NaN steps refused, and checkpoints that resume bit-exactly.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <sstream>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -81,6 +83,13 @@ struct GoldenCase {
   double tolerance;  // relative to fp32's final loss
 };
 
+// What gtest (and so ctest) shows for a case, instead of its raw bytes.
+void PrintTo(const GoldenCase& c, std::ostream* os) {
+  *os << "block " << c.block_size
+      << (c.rounding == Rounding::Stochastic ? ", stochastic" : ", nearest") << ", tolerance "
+      << c.tolerance;
+}
+
 class GoldenRun : public testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenRun, FinalLossMatchesFp32AdamW) {
@@ -114,7 +123,12 @@ TEST_P(GoldenRun, FinalLossMatchesFp32AdamW) {
 INSTANTIATE_TEST_SUITE_P(Options, GoldenRun,
                          testing::Values(GoldenCase{256, Rounding::Stochastic, 0.01},
                                          GoldenCase{2048, Rounding::Stochastic, 0.01},
-                                         GoldenCase{256, Rounding::Nearest, 0.05}));
+                                         GoldenCase{256, Rounding::Nearest, 0.05}),
+                         [](const testing::TestParamInfo<GoldenCase>& info) {
+                           return "Block" + std::to_string(info.param.block_size) +
+                                  (info.param.rounding == Rounding::Stochastic ? "Stochastic"
+                                                                               : "Nearest");
+                         });
 
 TEST(AdamW8bit, SecondMomentTracksAnFp32Shadow) {
   // The mechanism behind nearest rounding's bias: along the 8-bit run's own gradients, an fp32
