@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
   const std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   std::vector<std::string> modes = all_modes;
-  int64_t seeds = 3, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
+  int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   std::string out_dir = "bench/results";
   double average_decay = 0.97;
   std::vector<std::string> extra;
@@ -175,13 +175,16 @@ int main(int argc, char** argv) {
                  "plain hybrid hybrid-batch lookahead snoo plain-average (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
-  app.add_option("--seeds", seeds);
+  app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));
+  app.add_option("--first-seed", first_seed,
+                 "seeds run first_seed .. first_seed + seeds - 1 (a later range checks settings chosen on seeds 1-3)")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--mlp-steps", mlp_steps);
   app.add_option("--gpt-steps", gpt_steps);
   app.add_option("--cnn-steps", cnn_steps);
   app.add_option("--eval-points", eval_points, "evaluations per run");
   app.add_option("--chunk", chunk, "steps each mode takes in turn (the modes of a seed run side by side)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000));
   app.add_option("--out", out_dir);
   app.add_option("--set", extra, "extra config overrides for every mode (hybrid.* only for hybrid modes), e.g. --set hybrid.predictor=dmd");
   CLI11_PARSE(app, argc, argv);
@@ -223,7 +226,7 @@ int main(int argc, char** argv) {
     // is held by none of them and counts in no run's peak.
     auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra, average_decay);
     while (!warm_up->done()) warm_up->advance(chunk);
-    for (int64_t seed = 1; seed <= seeds; ++seed) {
+    for (int64_t seed = first_seed; seed < first_seed + seeds; ++seed) {
       ht::release_cached_blocks();
       std::vector<std::unique_ptr<Run>> live;
       for (const auto& mode : modes) live.push_back(start_run(task, mode, seed, steps, eval_every, extra, average_decay));
