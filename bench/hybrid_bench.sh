@@ -10,7 +10,7 @@ mkdir -p "$out"
 # The BLAS kernel decides the rounding, so it decides the MLP's and the CNN's trajectories
 # (OPENBLAS_CORETYPE=Haswell vs unset changes their finals in the 3rd digit): the log says which.
 {
-  echo "# $(date -u +%F) at $(git rev-parse --short HEAD 2>/dev/null || echo unknown);" \
+  echo "# $(date -u +%F) at $(git describe --always --dirty 2>/dev/null || echo unknown);" \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs;" \
     "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-unset}"
   ./build/bench/hybrid_bench --out "$out" "$@"
