@@ -45,19 +45,34 @@ void write_all(int fd, const char* p, size_t n, const std::string& path) {
   }
 }
 
+// Makes a rename (or a new entry) in `dir` durable. EINVAL: the file system cannot sync a
+// directory (some network and FUSE mounts); there is nothing more to do then.
 void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  const std::string name = dir.empty() ? std::string(".") : dir.string();
+  const int fd = ::open(name.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    throw CheckpointError("cannot open directory '" + name + "' to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL)
+    throw CheckpointError("fsync of directory '" + name + "' failed: " + std::strerror(err) +
+                          " (the checkpoint may not survive a power loss)");
+}
+
+// Creates the missing directories of `dir` and syncs each new entry into its parent.
+void create_directories_durably(const fs::path& dir) {
+  if (dir.empty() || fs::is_directory(dir)) return;
+  create_directories_durably(dir.parent_path());
+  fs::create_directory(dir);
+  fsync_dir(dir.parent_path());
 }
 
 }  // namespace
 
 void write_checkpoint_file(const std::string& path, const std::string& payload) {
   const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  create_directories_durably(target.parent_path());
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0)
@@ -78,9 +93,17 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw CheckpointError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  // close() can report a write error deferred by the file system (NFS): the file is not safe.
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw CheckpointError("closing '" + tmp + "' failed: " + why);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot rename '" + tmp + "' to '" + path + "': " + why);
+  }
   fsync_dir(target.parent_path());
 }
 
@@ -135,12 +158,16 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return paths;
 }
 
-void prune_checkpoints(const std::string& dir, int keep_last) {
+void prune_checkpoints(const std::string& dir, int keep_last, const std::string& just_written) {
   if (keep_last <= 0) return;
-  const auto all = list_checkpoints(dir);
-  for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+  const auto all = list_checkpoints(dir);  // newest (highest step) first
+  const auto newest = std::find_if(all.begin(), all.end(), [&](const std::string& p) {
+    return fs::path(p).filename() == fs::path(just_written).filename();
+  });
+  if (newest == all.end()) return;  // not in `dir`: nothing here is known to be older
+  for (auto it = newest + std::min<std::ptrdiff_t>(keep_last, all.end() - newest); it != all.end(); ++it) {
     std::error_code ec;
-    fs::remove(all[i], ec);
+    fs::remove(*it, ec);
   }
 }
 

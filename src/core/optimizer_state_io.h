@@ -36,12 +36,25 @@ inline void read_tensor_list_into(torch::serialize::InputArchive& a, const std::
   }
 }
 
+// The archive tags our optimizers write (torch::optim wrappers write none).
+inline std::string optimizer_kind_name(int64_t kind) {
+  switch (kind) {
+    case 1: return "adamw";
+    case 2: return "sgd";
+    case 8: return "adamw8bit";
+    default: return "an unknown optimizer (tag " + std::to_string(kind) + ")";
+  }
+}
+
 inline void expect_kind(torch::serialize::InputArchive& a, int64_t kind, const char* name) {
   at::Tensor k;
-  a.read("kind", k);
+  if (!a.try_read("kind", k))
+    throw std::runtime_error(std::string("the checkpoint holds no state of ours for ") + name +
+                             " (a torch::optim optimizer's?): use the optimizer it was trained with");
   if (k.item<int64_t>() != kind)
-    throw std::runtime_error(std::string("checkpoint holds the state of another optimizer than ") +
-                             name + ": use the optimizer it was trained with");
+    throw std::runtime_error("the checkpoint holds " + optimizer_kind_name(k.item<int64_t>()) +
+                             " state, this run uses " + name +
+                             ": set optim.name to the optimizer it was trained with");
 }
 
 }  // namespace ht

@@ -1,4 +1,5 @@
 // Process setup: the intra-op thread count (LibTorch 1.13 defaults to a single thread here).
+// Set explicitly, so every run states how many threads its timings used.
 #include "hybrid/core/runtime.h"
 
 #include <thread>

@@ -1,4 +1,5 @@
 // Learning-rate schedules: linear warmup then cosine decay to a floor.
+// Warmup starts at base_lr / warmup_steps, not 0, so the first step already trains.
 #include "hybrid/core/schedule.h"
 
 #include <algorithm>
@@ -15,6 +16,16 @@ double LrSchedule::at(int64_t step) const {
   const double progress = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
   const double min_lr = base_lr * min_lr_ratio;
   return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+void LrSchedule::validate() const {
+  if (!(base_lr >= 0))
+    throw std::invalid_argument("learning rate " + std::to_string(base_lr) + " must be >= 0 (optim.lr)");
+  if (warmup_steps < 0)
+    throw std::invalid_argument("schedule.warmup_steps = " + std::to_string(warmup_steps) + " must be >= 0");
+  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
+    throw std::invalid_argument("schedule.min_lr_ratio = " + std::to_string(min_lr_ratio) +
+                                " must lie in [0, 1]: the cosine's floor as a fraction of optim.lr");
 }
 
 LrSchedule::Kind parse_schedule_kind(const std::string& name) {

@@ -34,19 +34,23 @@ double global_grad_norm(const std::vector<at::Tensor>& params) {
 void copy_model_tensors(torch::serialize::InputArchive& model, torch::nn::Module& module,
                         const std::string& path) {
   torch::NoGradGuard no_grad;
-  auto copy_into = [&](const std::string& name, at::Tensor& dst, bool is_buffer) {
+  // Every tensor is read and checked before the first is copied: a mismatch leaves the model as
+  // it was.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (model tensor, saved tensor)
+  auto check = [&](const std::string& name, const at::Tensor& dst, bool is_buffer) {
     at::Tensor src;
     if (!model.try_read(name, src, is_buffer))
-      throw CheckpointError("checkpoint '" + path + "' has no tensor '" + name +
-                            "': it was saved from a different model (check the model config)");
+      throw CheckpointMismatch("checkpoint '" + path + "' has no tensor '" + name +
+                               "': it was saved from a different model (check the model config)");
     if (!src.sizes().equals(dst.sizes()))
-      throw CheckpointError("checkpoint '" + path + "': '" + name + "' has shape " +
-                            c10::str(src.sizes()) + " but the model expects " + c10::str(dst.sizes()) +
-                            " (check the model config)");
-    dst.copy_(src);
+      throw CheckpointMismatch("checkpoint '" + path + "': '" + name + "' has shape " +
+                               c10::str(src.sizes()) + " but the model expects " +
+                               c10::str(dst.sizes()) + " (check the model config)");
+    copies.emplace_back(dst, src);
   };
-  for (auto& kv : module.named_parameters()) copy_into(kv.key(), kv.value(), false);
-  for (auto& kv : module.named_buffers()) copy_into(kv.key(), kv.value(), true);
+  for (const auto& kv : module.named_parameters()) check(kv.key(), kv.value(), false);
+  for (const auto& kv : module.named_buffers()) check(kv.key(), kv.value(), true);
+  for (auto& [dst, src] : copies) dst.copy_(src);
 }
 
 // Where the optimizer's parameters live: -1 for the CPU, else the CUDA device index.
@@ -78,6 +82,7 @@ Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data,
   if (options_.max_steps < 0) throw std::invalid_argument("trainer: max_steps must be >= 0");
   if (options_.grad_accum < 1) throw std::invalid_argument("trainer: grad_accum must be >= 1");
   if (options_.micro_splits < 1) throw std::invalid_argument("trainer: micro_splits must be >= 1");
+  options_.schedule.validate();
   const double warn = options_.memory.warn_fraction, critical = options_.memory.critical_fraction;
   if (!(warn > 0.0 && warn <= critical && critical <= 1.0))
     throw std::invalid_argument("trainer: memory thresholds need 0 < warn_fraction <= critical_fraction <= 1, got " +
@@ -105,6 +110,8 @@ void Trainer::rewind_steps(int64_t n) {
     throw std::invalid_argument("trainer: cannot rewind " + std::to_string(n) + " steps at step " +
                                 std::to_string(step_));
   step_ -= n;
+  // A checkpoint written inside the undone steps must not stop the periodic save at its step.
+  last_checkpoint_step_ = std::min(last_checkpoint_step_, step_);
 }
 
 double Trainer::forward_loss(const Batch& batch) {
@@ -159,7 +166,17 @@ FullStepResult Trainer::full_step_once() {
     for (const auto& p : optimizer_.parameters())
       if (p.grad().defined()) p.grad().mul_(scale);
   }
-  optimizer_.step();
+  try {
+    optimizer_.step();
+  } catch (const c10::OutOfMemoryError& e) {
+    // Not retryable: an optimizer that allocates while it writes (a wrapped torch::optim one, or
+    // ours on a non-contiguous or CUDA tensor) may have updated some tensors already, and a
+    // second step would apply their update twice. Nor is this state worth an emergency save.
+    throw TrainingError(step_name(step_ + 1) + ": out of memory inside the optimizer update (" +
+                        e.what_without_backtrace() +
+                        "); the weights may be partly updated. Resume from the last periodic "
+                        "checkpoint with a larger memory.budget or a smaller model.");
+  }
   return r;
 }
 
@@ -174,7 +191,8 @@ FullStepResult Trainer::full_step(const std::string& phase) {
       return full_step_once();
     } catch (const c10::OutOfMemoryError& e) {
       if (!options_.memory.enabled) throw;
-      // Nothing was applied: the optimizers allocate nothing while they write. Rewind and retry.
+      // Forward or backward failed (the update's own failure is not retried, above): nothing
+      // was applied. Rewind the data and retry.
       data_.restore(start);
       optimizer_.zero_grad();
       respond_to_memory_pressure(e.what_without_backtrace(), attempt);
@@ -184,11 +202,15 @@ FullStepResult Trainer::full_step(const std::string& phase) {
 
 void Trainer::respond_to_memory_pressure(const std::string& what, int attempt) {
   const std::string where = step_name(step_ + 1) + ": out of memory; ";
-  if (attempt == 0) {  // rung 1: the freed temporaries of the failed attempt sit in the cache
+  // Rung 1: the freed temporaries of the failed attempt sit in the cache. With nothing released
+  // (a CPU budget counts live bytes only) the same attempt would fail again: go on to rung 2.
+  if (attempt == 0) {
     const int64_t released = memory_.release_cached();
-    logger_->on_message(Level::Warning, where + "released " + std::to_string(released >> 20) +
-                                            " MiB of cached blocks, retrying");
-    return;
+    if (released > 0) {
+      logger_->on_message(Level::Warning, where + "released " + std::to_string(released >> 20) +
+                                              " MiB of cached blocks, retrying");
+      return;
+    }
   }
   if (try_enable_recompute()) {  // rung 2
     logger_->on_message(Level::Warning, where + "activation recompute turned on, retrying");
@@ -203,20 +225,36 @@ void Trainer::respond_to_memory_pressure(const std::string& what, int attempt) {
                                             " micro-batches (same effective batch), retrying");
     return;
   }
-  std::string path = options_.memory.emergency_checkpoint_path;  // rung 4
+  exit_out_of_memory(where + "still failing with recompute and " +
+                     std::to_string(std::min(options_.micro_splits, std::max<int64_t>(last_batch_rows_, 1))) +
+                     " micro-batches (" + what + ")");  // rung 4
+}
+
+void Trainer::exit_out_of_memory(const std::string& what) {
+  // Without an explicit path the state goes where resuming looks: a regular checkpoint of this
+  // step, so rerunning the same command continues from it.
+  std::string path = options_.memory.emergency_checkpoint_path;
   if (path.empty())
-    path = options_.checkpoint.dir.empty()
-               ? std::string("emergency.ht")
-               : (std::filesystem::path(options_.checkpoint.dir) / "emergency.ht").string();
+    path = options_.checkpoint.dir.empty() ? std::string("emergency.ht")
+                                           : checkpoint_path(options_.checkpoint.dir, step_);
   save_emergency_checkpoint(path);
+  last_checkpoint_step_ = step_;
   logger_->on_checkpoint(path, step_);
-  throw OutOfMemoryExit(
-      where + "still failing with recompute and " +
-          std::to_string(std::min(options_.micro_splits, std::max<int64_t>(last_batch_rows_, 1))) +
-          " micro-batches (" + what + "). All progress is saved in '" + path +
-          "'. Raise memory.budget, lower the batch size or sequence length, or use a smaller "
-          "model; then resume from that checkpoint.",
-      path);
+  throw OutOfMemoryExit(what + ". All progress is saved in '" + path +
+                            "'. Raise memory.budget, lower the batch size or sequence length, or "
+                            "use a smaller model; then resume from that checkpoint.",
+                        path);
+}
+
+EvalRecord Trainer::evaluate_or_exit() {
+  try {
+    return evaluate();
+  } catch (const c10::OutOfMemoryError& e) {
+    if (!options_.memory.enabled) throw;
+    // Evaluation already split its batches down to single rows: nothing is left to try.
+    exit_out_of_memory("evaluation at step " + std::to_string(step_) + ": out of memory with " +
+                       "batches split to single rows (" + e.what_without_backtrace() + ")");
+  }
 }
 
 void Trainer::save_emergency_checkpoint(const std::string& path) {
@@ -329,22 +367,48 @@ StepRecord Trainer::plain_step() {
 }
 
 EvalRecord Trainer::evaluate() {
-  if (!average_ || average_->updates() == 0) return evaluate_weights();
-  // Score the average in the weights' place; swapping back is exact, also after an error.
+  // Evaluating must not change what training does next: an objective that draws random numbers
+  // while it scores (noise, sampling) would otherwise shift every later draw, and a run that
+  // evaluated at step N would differ from one resumed there.
+  struct KeepRng {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    at::Tensor state;
+    KeepRng() {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state();
+    }
+    ~KeepRng() {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
+  } keep_rng;
+  EvalRecord r;
+  with_evaluated_weights([&] { r = evaluate_weights(); });
+  return r;
+}
+
+void Trainer::with_evaluated_weights(const std::function<void()>& fn) {
+  if (!average_ || average_->updates() == 0) return fn();
+  // The average in the weights' place; swapping back is exact, also after an error.
   struct Swapped {
     WeightAverage& average;
     explicit Swapped(WeightAverage& a) : average(a) { average.swap(); }
     ~Swapped() { average.swap(); }
   } swapped(*average_);
-  return evaluate_weights();
+  fn();
 }
 
 EvalRecord Trainer::evaluate_weights() {
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   auto& module = objective_.module();
-  const bool was_training = module.is_training();
-  module.eval();
+  // Back to training mode however evaluation ends (an out-of-memory error included).
+  struct EvalMode {
+    torch::nn::Module& module;
+    const bool was_training;
+    explicit EvalMode(torch::nn::Module& m) : module(m), was_training(m.is_training()) { m.eval(); }
+    ~EvalMode() { module.train(was_training); }
+  } eval_mode(module);
   EvalStats total;
   int64_t n = data_.num_val_batches();
   if (options_.eval_batches >= 0) n = std::min(n, options_.eval_batches);
@@ -361,12 +425,11 @@ EvalRecord Trainer::evaluate_weights() {
         accumulate(total, part);
         break;
       } catch (const c10::OutOfMemoryError&) {
-        release_cached_blocks();
+        memory_.release_cached();
         if (!options_.memory.enabled || splits >= batch.input.size(0)) throw;
       }
     }
   }
-  module.train(was_training);
   EvalRecord rec;
   rec.step = step_;
   rec.items = total.count;
@@ -387,18 +450,18 @@ EvalRecord Trainer::fit() {
     const bool verified = !strategy_ || strategy_->at_verified_point();
     // The run's end is evaluated below, after on_finish.
     if (evals.evaluate_now(step_, verified) && step_ < options_.max_steps) {
-      last = evaluate();
+      last = evaluate_or_exit();
       logger_->on_eval(last);
     }
     maybe_checkpoint();
   }
   if (strategy_) strategy_->on_finish(*this);
-  last = evaluate();
+  last = evaluate_or_exit();
   logger_->on_eval(last);
   if (!options_.checkpoint.dir.empty() && last_checkpoint_step_ != step_) {
     const std::string path = checkpoint_path(options_.checkpoint.dir, step_);
     save_checkpoint(path);
-    prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last);
+    prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last, path);
     last_checkpoint_step_ = step_;
     logger_->on_checkpoint(path, step_);
   }
@@ -415,7 +478,7 @@ void Trainer::maybe_checkpoint() {
   if (!(by_steps || by_time) || last_checkpoint_step_ == step_) return;
   const std::string path = checkpoint_path(c.dir, step_);
   save_checkpoint(path);
-  prune_checkpoints(c.dir, c.keep_last);
+  prune_checkpoints(c.dir, c.keep_last, path);
   last_checkpoint_time_ = now;
   last_checkpoint_step_ = step_;
   logger_->on_checkpoint(path, step_);
@@ -471,13 +534,32 @@ void Trainer::load_checkpoint(const std::string& path) {
   root.load_from(payload.data(), payload.size());
   torch::NoGradGuard no_grad;
 
+  // What can be checked without changing anything is checked first; a mismatch found while
+  // loading a part (an optimizer of another kind) leaves the trainer partly loaded, which the
+  // error says.
+  torch::serialize::InputArchive strategy_archive;
+  const bool has_strategy = root.try_read("strategy", strategy_archive);
+  if (strategy_ && !has_strategy)
+    throw CheckpointMismatch("checkpoint '" + path + "' was written by a run without a step "
+                             "strategy (plain mode); resume it in the mode it was saved in");
+  auto load_part = [&](const char* what, const std::function<void()>& load) {
+    try {
+      load();
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CheckpointMismatch("checkpoint '" + path + "': its " + what + " does not fit this run (" +
+                               e.what() + "); the trainer is partly loaded, do not train on");
+    }
+  };
+
   torch::serialize::InputArchive model;
   root.read("model", model);
   copy_model_tensors(model, objective_.module(), path);
 
   torch::serialize::InputArchive opt;
   root.read("optimizer", opt);
-  optimizer_.load(opt);
+  load_part("optimizer state", [&] { optimizer_.load(opt); });
 
   // A fresh tensor per read: reading into a defined tensor would try to resize its storage.
   auto read = [&](const char* key) {
@@ -495,17 +577,11 @@ void Trainer::load_checkpoint(const std::string& path) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(read("rng"));
   }
-  if (strategy_) {
-    torch::serialize::InputArchive s;
-    if (!root.try_read("strategy", s))
-      throw CheckpointError("checkpoint '" + path +
-                            "' was written without the hybrid engine; resume it in the mode it was saved in");
-    strategy_->load(s);
-  }
+  if (strategy_) load_part("step-strategy state", [&] { strategy_->load(strategy_archive); });
   if (average_) {
     torch::serialize::InputArchive a;
     if (root.try_read("average", a)) {
-      average_->load(a, "checkpoint '" + path + "'");
+      load_part("weight average", [&] { average_->load(a, "checkpoint '" + path + "'"); });
     } else {
       // Saved without averaging: the average starts from these weights at the next step.
       average_->reset();
@@ -522,6 +598,8 @@ std::string Trainer::resume_latest(const std::string& dir) {
       load_checkpoint(path);
       logger_->on_message(Level::Info, "resumed from '" + path + "' at step " + std::to_string(step_));
       return path;
+    } catch (const CheckpointMismatch&) {
+      throw;  // an older checkpoint of this directory would not fit either
     } catch (const CheckpointError& e) {
       logger_->on_message(Level::Warning, std::string(e.what()) + "; trying the previous checkpoint");
     }

@@ -1,4 +1,5 @@
 // The tracking allocator: exact byte counts, peak, cache reuse and release, budget enforcement.
+// Every memory figure the project reports is read from this allocator, so its counts must be exact.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,4 +1,5 @@
 // Crash-safe checkpoint files: round trip, and truncation / corruption / wrong files detected.
+// Also pruning, which must never delete the file just written.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -67,10 +68,34 @@ TEST_F(CheckpointFileTest, ListsNewestFirstAndPrunesToKeepLast) {
   ASSERT_EQ(all.size(), 4u);
   EXPECT_EQ(all[0], checkpoint_path(dir_.string(), 100));
   EXPECT_EQ(all[3], checkpoint_path(dir_.string(), 5));
-  prune_checkpoints(dir_.string(), 2);
+  prune_checkpoints(dir_.string(), 2, checkpoint_path(dir_.string(), 100));
   all = list_checkpoints(dir_.string());
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[1], checkpoint_path(dir_.string(), 20));
+}
+
+// A hybrid rollback (or another run in the same directory) can leave checkpoints of higher steps
+// than the one just written: pruning keeps the new file and does not touch those.
+TEST_F(CheckpointFileTest, PruningNeverDeletesTheNewFileOrCheckpointsAboveIt) {
+  for (int step : {10, 20, 30, 100}) write_checkpoint_file(checkpoint_path(dir_.string(), step), "p");
+  const std::string fresh = checkpoint_path(dir_.string(), 25);
+  write_checkpoint_file(fresh, "p");
+  prune_checkpoints(dir_.string(), 2, fresh);
+  const std::vector<std::string> expected = {checkpoint_path(dir_.string(), 100),
+                                             checkpoint_path(dir_.string(), 30), fresh,
+                                             checkpoint_path(dir_.string(), 20)};
+  EXPECT_EQ(list_checkpoints(dir_.string()), expected);
+  prune_checkpoints(dir_.string(), 1, fresh);
+  EXPECT_EQ(list_checkpoints(dir_.string()),
+            (std::vector<std::string>{checkpoint_path(dir_.string(), 100),
+                                      checkpoint_path(dir_.string(), 30), fresh}));
+}
+
+TEST_F(CheckpointFileTest, CreatesMissingDirectoriesAndLeavesNoTempFile) {
+  const std::string nested = (dir_ / "a" / "b" / "ckpt-000000001.ht").string();
+  write_checkpoint_file(nested, "payload");
+  EXPECT_EQ(read_checkpoint_file(nested), "payload");
+  EXPECT_FALSE(std::filesystem::exists(nested + ".tmp"));
 }
 
 }  // namespace ht

@@ -1,4 +1,5 @@
 // The fused AdamW and SGD against LibTorch's reference implementations, and state round trips.
+// Reference equality is what lets the rest of the suite trust our optimizers' trajectories.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -42,6 +43,7 @@ TEST(AdamW, MatchesTorchAdamW) {
 
 TEST(AdamW, DecaysOnlyMatricesByDefault) {
   auto ps = make_params(2);
+  const auto weight_before = ps[0].detach().clone();
   const auto bias_before = ps[1].detach().clone();
   AdamWOptions o;
   o.lr = 0.5;
@@ -50,6 +52,7 @@ TEST(AdamW, DecaysOnlyMatricesByDefault) {
   for (auto& p : ps) p.mutable_grad() = torch::zeros_like(p);
   opt->step();  // zero grads: only decay can move the weights
   EXPECT_TRUE(torch::equal(ps[1], bias_before));
+  EXPECT_TRUE(torch::allclose(ps[0], weight_before * (1.0 - 0.5 * 1.0))) << "the matrix did not decay";
 }
 
 TEST(AdamW, StateRoundTripContinuesBitIdentically) {

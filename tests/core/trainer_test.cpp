@@ -26,10 +26,18 @@ struct ToyRun {
   ToyData data;
   std::unique_ptr<Trainer> trainer;
 
-  explicit ToyRun(TrainerOptions o, int64_t batch = 64) : data(batch) {
+  // input_noise: the loss perturbs its inputs with the global RNG, so a run depends on that RNG.
+  explicit ToyRun(TrainerOptions o, int64_t batch = 64, bool input_noise = false) : data(batch) {
     torch::manual_seed(42);
     net = std::make_shared<ToyNet>();
-    objective = testing::toy_objective(net);
+    if (input_noise) {
+      auto n = net;
+      objective = make_objective(n, [n](const Batch& b) {
+        return torch::mse_loss(n->forward(b.input + 0.05 * torch::randn_like(b.input)), b.target);
+      });
+    } else {
+      objective = testing::toy_objective(net);
+    }
     AdamWOptions a;
     a.lr = o.schedule.base_lr;
     optimizer = make_adamw(net->parameters(), a);
@@ -69,17 +77,18 @@ TEST(Trainer, LossDropsOnARealProblem) {
 }
 
 TEST(Trainer, ResumeIsBitExact) {
+  // The loss draws noise from the global RNG, so the resumed run matches only if the RNG does.
   const std::string dir = temp_dir("resume");
-  ToyRun straight(options(60));
+  ToyRun straight(options(60), 64, /*input_noise=*/true);
   straight.trainer->fit();
 
   auto half = options(60);
   half.max_steps = 30;
   half.checkpoint.dir = dir;
-  ToyRun first(half);
+  ToyRun first(half, 64, true);
   first.trainer->fit();  // writes ckpt at step 30
 
-  ToyRun second(options(60));
+  ToyRun second(options(60), 64, true);
   torch::manual_seed(999);  // resume must restore the RNG itself
   ASSERT_EQ(second.trainer->resume_latest(dir), checkpoint_path(dir, 30));
   EXPECT_EQ(second.trainer->step(), 30);
@@ -128,9 +137,83 @@ TEST(Trainer, CheckpointOfAnotherModelIsRejectedByName) {
   try {
     t.load_checkpoint(checkpoint_path(dir, 2));
     FAIL();
-  } catch (const CheckpointError& e) {
+  } catch (const CheckpointMismatch& e) {
     EXPECT_NE(std::string(e.what()).find("fc1.weight"), std::string::npos) << e.what();
   }
+  // Resuming does not mistake it for a corrupt file and fall back: no older one would fit either.
+  EXPECT_THROW(t.resume_latest(dir), CheckpointMismatch);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// AdamW that runs out of memory inside its first update, after touching nothing.
+class FailingOptimizer : public Optimizer {
+ public:
+  explicit FailingOptimizer(std::unique_ptr<Optimizer> inner) : inner_(std::move(inner)) {}
+  void step() override {
+    ++steps;
+    if (steps == 1) throw c10::OutOfMemoryError("out of memory inside the update (test)", "");
+    inner_->step();
+  }
+  void zero_grad() override { inner_->zero_grad(); }
+  double lr() const override { return inner_->lr(); }
+  void set_lr(double lr) override { inner_->set_lr(lr); }
+  const std::vector<at::Tensor>& parameters() const override { return inner_->parameters(); }
+  void save(torch::serialize::OutputArchive& a) const override { inner_->save(a); }
+  void load(torch::serialize::InputArchive& a) override { inner_->load(a); }
+  int64_t state_bytes() const override { return inner_->state_bytes(); }
+  std::string name() const override { return "failing"; }
+  int steps = 0;
+
+ private:
+  std::unique_ptr<Optimizer> inner_;
+};
+
+}  // namespace
+
+TEST(Trainer, OutOfMemoryInsideTheUpdateIsNotRetried) {
+  // A retry would apply an update twice where the optimizer had already written some tensors.
+  ToyRun run(options(5));
+  FailingOptimizer failing(make_adamw(run.net->parameters(), {}));
+  Trainer t(*run.objective, failing, run.data, options(5));
+  try {
+    t.fit();
+    FAIL() << "expected a TrainingError";
+  } catch (const OutOfMemoryExit& e) {
+    FAIL() << "the ladder retried an update: " << e.what();
+  } catch (const TrainingError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer update"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(failing.steps, 1);
+  EXPECT_EQ(t.step(), 0);
+}
+
+TEST(Trainer, OutOfMemoryInEvaluationWritesAResumableCheckpoint) {
+  const std::string dir = temp_dir("evaloom");
+  auto o = options(10);
+  o.checkpoint.dir = dir;
+  o.eval_every = 4;
+  ToyRun run(o);
+  struct EvalFails : Objective {
+    Objective& inner;
+    explicit EvalFails(Objective& i) : inner(i) {}
+    torch::nn::Module& module() override { return inner.module(); }
+    at::Tensor loss(const Batch& b) override { return inner.loss(b); }
+    EvalStats evaluate(const Batch&) override { throw c10::OutOfMemoryError("no room (test)", ""); }
+  } failing(*run.objective);
+  Trainer t(failing, *run.optimizer, run.data, o);
+  try {
+    t.fit();
+    FAIL() << "expected OutOfMemoryExit";
+  } catch (const OutOfMemoryExit& e) {
+    EXPECT_EQ(e.checkpoint_path, checkpoint_path(dir, 4)) << e.what();
+    EXPECT_NE(std::string(e.what()).find("evaluation"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(run.net->is_training()) << "evaluation left the model in eval mode";
+  ToyRun resumed(options(10));
+  EXPECT_EQ(resumed.trainer->resume_latest(dir), checkpoint_path(dir, 4));
+  expect_same_weights(*run.net, *resumed.net);
   fs::remove_all(dir);
 }
 
@@ -191,8 +274,9 @@ TEST(Trainer, HopelessBudgetWritesAnEmergencyCheckpointThatResumes) {
   } catch (const OutOfMemoryExit& e) {
     set_memory_budget(0);
     EXPECT_NE(std::string(e.what()).find("memory.budget"), std::string::npos) << e.what();
+    // Where resuming looks: rerunning the same command continues from the emergency state.
     ToyRun resumed(options(10), 4096);
-    resumed.trainer->load_checkpoint(e.checkpoint_path);
+    EXPECT_EQ(resumed.trainer->resume_latest(dir), e.checkpoint_path);
     EXPECT_EQ(resumed.trainer->step(), 3);
     expect_same_weights(*run.net, *resumed.net);
   }

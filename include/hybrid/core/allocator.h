@@ -30,8 +30,9 @@ int64_t allocator_block_bytes(int64_t bytes);
 void reset_peak_bytes();        // peak := current
 int64_t release_cached_blocks();  // returns bytes given back to the system
 
-// 0 disables the budget. With a budget, an allocation that would take current + request past it
-// first releases the cache, then throws c10::OutOfMemoryError, as a GPU allocator would.
+// 0 disables the budget. The budget counts live bytes: an allocation that would take current +
+// request past it throws c10::OutOfMemoryError at once, as a GPU allocator would (cached blocks
+// are not counted, and the cache is released before it would push reserved bytes past it).
 void set_memory_budget(int64_t bytes);
 
 // Turns caching off (every free goes back to malloc) - for measuring what the cache buys.

@@ -9,9 +9,17 @@
 
 namespace ht {
 
+// The file cannot be used: missing, truncated, corrupt, or its write failed.
 class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The file is sound but does not fit what loads it (another model, optimizer or training mode):
+// an older checkpoint of the same directory would not fit either, so resuming does not fall back.
+class CheckpointMismatch : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
 };
 
 void write_checkpoint_file(const std::string& path, const std::string& payload);
@@ -20,6 +28,9 @@ std::string read_checkpoint_file(const std::string& path);  // throws Checkpoint
 // Checkpoints in `dir` named ckpt-<step>.ht, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 std::string checkpoint_path(const std::string& dir, int64_t step);
-void prune_checkpoints(const std::string& dir, int keep_last);
+// Deletes all but the newest `keep_last` checkpoints at or below `just_written`'s step; keeps
+// `just_written` itself and every checkpoint with a higher step (another run's, or one a hybrid
+// rollback has since rewound past): pruning never deletes what it cannot place behind the new file.
+void prune_checkpoints(const std::string& dir, int keep_last, const std::string& just_written);
 
 }  // namespace ht

@@ -1,4 +1,5 @@
-// Process setup shared by the CLI, benchmarks and tests: threads, the allocator, determinism.
+// Process setup shared by the CLI, benchmarks and tests: the intra-op thread count.
+// (The tracking allocator is installed through hybrid/core/allocator.h.)
 #pragma once
 
 namespace ht {

@@ -44,7 +44,8 @@ struct MemoryPressureOptions {
   // Predicted steps run no backward, so recompute has nothing to save there.
   std::function<void(const std::string& phase)> on_phase;
   int64_t max_micro_splits = 64;
-  std::string emergency_checkpoint_path;   // default: <checkpoint.dir>/emergency.ht or ./emergency.ht
+  // Default: <checkpoint.dir>/ckpt-<step>.ht, where resuming finds it; ./emergency.ht without a dir.
+  std::string emergency_checkpoint_path;
 };
 
 struct TrainerOptions {
@@ -134,6 +135,9 @@ class Trainer {
   EvalRecord fit();
   StepRecord train_step();  // one step through the strategy (or a plain full step)
   EvalRecord evaluate();  // scores the weight average when there is one
+  // Runs fn with the weights evaluate() scores in the model (the average, if there is one), e.g.
+  // to sample from them; the training weights are back in place afterwards, bit for bit.
+  void with_evaluated_weights(const std::function<void()>& fn);
 
   // Forward + backward + clip + optimizer step on the next grad_accum batches. Sets the lr from
   // the schedule. Throws TrainingError on a non-finite loss or gradient, naming the step.
@@ -152,6 +156,9 @@ class Trainer {
   // Periodic saving, as configured (step count, wall clock). Called by fit() after each step.
   void maybe_checkpoint();
   void save_emergency_checkpoint(const std::string& path);
+  // Rung 4 of the ladder, also for an evaluation that fails at single rows: saves the emergency
+  // checkpoint and throws OutOfMemoryExit naming it.
+  [[noreturn]] void exit_out_of_memory(const std::string& what);
 
   void request_stop() { stop_requested_ = true; }
   int64_t step() const { return step_; }
@@ -194,6 +201,7 @@ class Trainer {
 
   FullStepResult full_step_once();
   EvalRecord evaluate_weights();  // evaluate() on the model's current weights
+  EvalRecord evaluate_or_exit();  // evaluate(); out of memory there ends the run as rung 4 does
   StepRecord plain_step();
   void respond_to_memory_pressure(const std::string& what, int attempt);
   void watch_memory_budget(const StepRecord& rec);
