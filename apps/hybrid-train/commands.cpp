@@ -33,11 +33,20 @@ void on_signal(int) {
   if (Trainer* t = g_running_trainer.load()) t->request_stop();
 }
 
-Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides) {
-  const CheckpointSummary summary = inspect_checkpoint(path);
+Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides,
+                            const CheckpointSummary& summary) {
   Config c = Config::from_string(summary.config_text, path + " (stored config)");
   for (const auto& o : overrides) c.set_override(o);
   return c;
+}
+
+// The closing sample of `train` runs after hours of training: its keys are checked before.
+void check_sample_keys(const Config& c) {
+  if (c.get_string("sample.prompt").empty())
+    throw ConfigError("sample.prompt is empty: the sample needs at least one byte to start from");
+  if (c.get_int("sample.tokens") < 0) throw ConfigError("sample.tokens must be >= 0");
+  if (c.get_float("sample.temperature") < 0) throw ConfigError("sample.temperature must be >= 0 (0 = greedy)");
+  if (c.get_int("sample.top_k") < 0) throw ConfigError("sample.top_k must be >= 0 (0 = all tokens)");
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
@@ -59,13 +68,20 @@ int run_train(const std::vector<std::string>& args) {
   const Config c = load_config(args);
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
-  Session s = build_session(c, /*with_data=*/true);
-  TrainerOptions options = trainer_options(c);
+  TrainerOptions options = trainer_options(c);  // config errors before any data is loaded
+  check_sample_keys(c);
+  const auto saved = list_checkpoints(options.checkpoint.dir);
+  const bool resuming = c.get_bool("checkpoint.resume") && !saved.empty();
+  if (!c.get_bool("checkpoint.resume") && !saved.empty())
+    throw ConfigError("checkpoint.resume = false, but '" + options.checkpoint.dir + "' holds " +
+                      std::to_string(saved.size()) + " checkpoint(s) of an earlier run (newest '" +
+                      saved.front() + "'); a fresh run there would mix with them. Move them away or "
+                      "set run.out_dir to another directory");
+  Session s = build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming);
   set_recompute_hooks(s, c, options);
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
 
-  const bool resuming = c.get_bool("checkpoint.resume") && !list_checkpoints(options.checkpoint.dir).empty();
   auto console = std::make_shared<ConsoleLogger>(options.max_steps, c.get_int("run.log_every"));
   MultiLogger logger;
   logger.add(console);
@@ -80,7 +96,8 @@ int run_train(const std::vector<std::string>& args) {
     const std::string from = trainer.resume_latest(options.checkpoint.dir);
     if (from.empty())
       throw CheckpointError("no readable checkpoint in '" + options.checkpoint.dir +
-                            "' (all are corrupt); move them away or set checkpoint.resume=false");
+                            "' (each one's problem is listed above); move them away, or set "
+                            "run.out_dir to another directory to start over");
     if (trainer.step() >= options.max_steps)
       std::printf("the checkpoint is already at step %lld of %lld: raise train.steps to train further\n",
                   static_cast<long long>(trainer.step()), static_cast<long long>(options.max_steps));
@@ -107,9 +124,17 @@ int run_train(const std::vector<std::string>& args) {
   std::printf("\ncheckpoints in %s, metrics in %s\n", options.checkpoint.dir.c_str(),
               (out_dir / "metrics.jsonl").c_str());
   if (s.gpt && s.byte_level) {
-    std::printf("\nsample (prompt \"%s\", temperature %.2f, top-k %lld):\n%s\n", c.get_string("sample.prompt").c_str(),
-                c.get_float("sample.temperature"), static_cast<long long>(c.get_int("sample.top_k")),
-                sample_text(*s.gpt, c, SampleOptions{}).c_str());
+    // From the weights the validation loss above scored (the average, if there is one), as
+    // `hybrid-train sample` would. A sample that fails costs the run nothing: it is saved.
+    try {
+      std::string text;
+      trainer.with_evaluated_weights([&] { text = sample_text(*s.gpt, c, SampleOptions{}); });
+      std::printf("\nsample (prompt \"%s\", temperature %.2f, top-k %lld):\n%s\n",
+                  c.get_string("sample.prompt").c_str(), c.get_float("sample.temperature"),
+                  static_cast<long long>(c.get_int("sample.top_k")), text.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "no sample: %s\n", e.what());
+    }
   }
   if (g_interrupted) {
     std::printf("interrupted: progress saved; run the same command again to resume\n");
@@ -119,24 +144,27 @@ int run_train(const std::vector<std::string>& args) {
 }
 
 int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides) {
-  const Config c = config_of_checkpoint(checkpoint, overrides);
+  const CheckpointSummary summary = inspect_checkpoint(checkpoint);
+  const Config c = config_of_checkpoint(checkpoint, overrides, summary);
   set_threads(static_cast<int>(c.get_int("run.threads")));
-  Session s = build_session(c, /*with_data=*/true);
+  Session s = build_session(c, /*with_data=*/true, /*load_init_from=*/false);
+  // Weights only (the average, if the run kept one): evaluation needs no optimizer state, and
+  // the training data position need not fit data.* overrides such as another batch size.
+  load_checkpoint_weights(checkpoint, *s.module);
   Trainer trainer(*s.objective, *s.optimizer, *s.data, trainer_options(c));
-  trainer.set_strategy(build_strategy(c));
-  trainer.load_checkpoint(checkpoint);
   const EvalRecord r = trainer.evaluate();
   std::printf("%s at step %lld: validation loss %.4f over %lld items", checkpoint.c_str(),
-              static_cast<long long>(r.step), r.val_loss, static_cast<long long>(r.items));
+              static_cast<long long>(summary.step), r.val_loss,
+              static_cast<long long>(r.items));
   if (std::isfinite(r.accuracy)) std::printf(", accuracy %.2f %%", 100.0 * r.accuracy);
   std::printf("\n");
   return kOk;
 }
 
 int run_sample(const std::string& checkpoint, const SampleOptions& options) {
-  const Config c = config_of_checkpoint(checkpoint, {});
+  const Config c = config_of_checkpoint(checkpoint, {}, inspect_checkpoint(checkpoint));
   set_threads(static_cast<int>(c.get_int("run.threads")));
-  Session s = build_session(c, /*with_data=*/false);
+  Session s = build_session(c, /*with_data=*/false, /*load_init_from=*/false);
   if (!s.gpt) throw ConfigError("sample needs a GPT checkpoint; this one holds a " + c.get_string("model.kind"));
   if (c.get_string("data.dataset") == "tokens")
     throw ConfigError("sample prints text for byte-level models only; this one was trained on token ids");

@@ -53,12 +53,20 @@ bool parse_float(const std::string& s, double& out) {
   }
 }
 
+// A TOML basic string: quotes and backslashes escaped, and every control character but tab as
+// \uXXXX (TOML rejects them raw), so any value read back equals the one written.
 std::string toml_string(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
-    out += c;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if ((u < 0x20 && c != '\t') || u == 0x7F) {
+      out += fmt::format("\\u{:04X}", u);
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
 }

@@ -61,7 +61,7 @@ const std::vector<KeySpec>& config_schema() {
       {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off"},
       {"checkpoint.every_seconds", T::Float, "300", {}, "save every n seconds; 0 = off"},
       {"checkpoint.keep_last", T::Int, "3", {}, "checkpoints kept in out_dir/checkpoints"},
-      {"checkpoint.resume", T::Bool, "true", {}, "continue from the newest good checkpoint in out_dir"},
+      {"checkpoint.resume", T::Bool, "true", {}, "continue from the newest good checkpoint in out_dir; false: start over (out_dir must hold no checkpoints)"},
 
       {"memory.budget", T::Size, "0", {}, "tensor memory budget: bytes, 8GiB, or a fraction of RAM; 0 = none"},
       {"memory.warn_fraction", T::Float, "0.85", {}, "warn above this share of the budget"},

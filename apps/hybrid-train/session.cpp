@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/optimizer.h"
 #include "hybrid/data/fashion_mnist.h"
 #include "hybrid/hybrid/strategy.h"
@@ -21,6 +22,7 @@
 #include "hybrid/models/gpt_objective.h"
 #include "hybrid/models/gpt_weights.h"
 #include "hybrid/models/image_classifier.h"
+#include "hybrid/models/safetensors.h"
 
 namespace ht::cli {
 namespace {
@@ -33,6 +35,12 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   const auto seed = static_cast<uint64_t>(c.get_int("run.seed"));
   const int64_t val_batches = std::max<int64_t>(0, c.get_int("data.val_batches"));
   if (batch < 1) throw ConfigError("data.batch_size must be >= 1");
+  if (is_text_data(dataset)) {
+    if (c.get_int("data.context") < 1) throw ConfigError("data.context must be >= 1 (tokens per sequence)");
+    const double val_fraction = c.get_float("data.val_fraction");
+    if (!(val_fraction >= 0 && val_fraction < 1))
+      throw ConfigError("data.val_fraction must lie in [0, 1): the share of the corpus held out, e.g. 0.1");
+  }
   try {
     if (dataset == "fashion-mnist") {
       FashionMnistSplit split;
@@ -168,7 +176,7 @@ void set_recompute_hooks(Session& s, const Config& c, TrainerOptions& options) {
   };
 }
 
-Session build_session(const Config& c, bool with_data) {
+Session build_session(const Config& c, bool with_data, bool load_init_from) {
   Session s;
   torch::manual_seed(static_cast<uint64_t>(c.get_int("run.seed")));
   const std::string kind = c.get_string("model.kind");
@@ -196,7 +204,13 @@ Session build_session(const Config& c, bool with_data) {
     if (recompute_for_phase(c, first_phase) != "none")
       set_recompute(s, recompute_for_phase(c, first_phase), c.get_int("memory.recompute_every"));
     const std::string init = c.get_string("model.init_from");
-    if (!init.empty()) load_gpt2_weights(*s.gpt, init);
+    if (!init.empty() && load_init_from) {
+      try {
+        load_gpt2_weights(*s.gpt, init);
+      } catch (const SafetensorsError& e) {
+        throw CheckpointError(std::string("model.init_from: ") + e.what());
+      }
+    }
     s.module = s.gpt;
     s.objective = make_gpt_objective(s.gpt);
     s.model_summary = fmt::format("gpt {}: {} layers, {} heads, d {}, vocab {}, context {}, {:.2f}M parameters",
@@ -281,6 +295,11 @@ TrainerOptions trainer_options(const Config& c) {
   if (o.max_steps < 1) throw ConfigError("train.steps must be >= 1");
   if (o.grad_accum < 1) throw ConfigError("optim.grad_accum must be >= 1");
   if (o.checkpoint.keep_last < 1) throw ConfigError("checkpoint.keep_last must be >= 1 (the newest is always kept)");
+  try {
+    o.schedule.validate();
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
   return o;
 }
 

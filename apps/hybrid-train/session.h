@@ -36,7 +36,9 @@ struct Session {
   bool recompute_forced = false;  // the memory ladder turned on full recompute: phases keep it
 };
 
-Session build_session(const Config& config, bool with_data);
+// load_init_from: start the GPT from model.init_from. Only a fresh `train` wants it; eval, sample
+// and a resumed run take every weight from the checkpoint (and need not find that file again).
+Session build_session(const Config& config, bool with_data, bool load_init_from = true);
 // model.preset with the model.* overrides applied (validated).
 GPTConfig gpt_config(const Config& config);
 // Sets activation recompute for the session's GPT to `level` ("none" | "selective" | "full"),

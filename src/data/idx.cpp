@@ -73,7 +73,14 @@ at::Tensor read_idx_gz(const std::string& path) {
     numel *= shape[d];
   }
 
-  at::Tensor data = torch::empty(shape, torch::kUInt8);
+  at::Tensor data;
+  try {
+    data = torch::empty(shape, torch::kUInt8);
+  } catch (const c10::Error& e) {  // out of memory included: a corrupt header can claim anything
+    throw std::runtime_error(path + ": its header claims " + std::to_string(numel) +
+                             " bytes of data, which cannot be allocated (corrupt file?): " +
+                             e.what_without_backtrace());
+  }
   read_exact(file.get(), data.data_ptr<uint8_t>(), numel, path, "IDX data");
   uint8_t extra = 0;
   if (gzread(file.get(), &extra, 1) != 0) {

@@ -78,6 +78,14 @@ TEST(Cli, BadInputGetsAClearErrorAndAUsageExitCode) {
   r = run("train run.mode=lookahead lookahead.momentum=1");  // SNOO's outer momentum must be < 1
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("lookahead.momentum must be in [0, 1)"), std::string::npos) << r.output;
+
+  // Values that would fail only later (the closing sample) or train wrongly (a rising "decay").
+  for (const std::string key : {"sample.top_k=-1", "schedule.min_lr_ratio=2", "data.val_fraction=1.5",
+                                "data.context=0", "sample.prompt="}) {
+    r = run("train " + key);
+    EXPECT_EQ(r.code, 2) << key << ": " << r.output;
+    EXPECT_NE(r.output.find(key.substr(0, key.find('='))), std::string::npos) << r.output;
+  }
 }
 
 TEST(Cli, MissingDataSetNamesTheFileOrPackage) {
@@ -151,6 +159,16 @@ TEST(Cli, TrainResumeEvalInfoSample) {
   Result eval = run("eval " + ckpt_a);
   ASSERT_EQ(eval.code, 0) << eval.output;
   EXPECT_NE(eval.output.find("validation loss"), std::string::npos) << eval.output;
+  EXPECT_NE(eval.output.find("at step 20"), std::string::npos) << eval.output;
+  // Evaluation reads the weights only: another batch size does not trip on the data position.
+  Result eval_b3 = run("eval " + ckpt_a + " data.batch_size=3");
+  EXPECT_EQ(eval_b3.code, 0) << eval_b3.output;
+
+  // A fresh run must not start in a directory that holds another run's checkpoints.
+  Result fresh = run("train " + small_gpt(resumed) + " train.steps=5 checkpoint.resume=false");
+  EXPECT_EQ(fresh.code, 2) << fresh.output;
+  EXPECT_NE(fresh.output.find("Move them away"), std::string::npos) << fresh.output;
+  EXPECT_TRUE(fs::exists(checkpoint_path(resumed + "/checkpoints", 20)));
 
   Result s1 = run("sample " + ckpt_a + " --prompt 'And God' --tokens 40 --seed 3");
   Result s2 = run("sample " + ckpt_a + " --prompt 'And God' --tokens 40 --seed 3");

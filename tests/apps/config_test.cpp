@@ -87,10 +87,11 @@ TEST(Config, FileErrorsNameTheFileAndKey) {
 
 TEST(Config, ResolvedTomlRoundTrips) {
   Config c;
-  c.set_override("sample.prompt=say \"hi\"");
+  const std::string prompt = "say \"hi\"\r\n\tC:\\path\x01\x7f end";  // quotes, controls, tab
+  c.set_override("sample.prompt=" + prompt);
   c.set_override("memory.budget=2GiB");
   const Config back = Config::from_string(c.to_toml(), "round trip");
-  EXPECT_EQ(back.get_string("sample.prompt"), "say \"hi\"");
+  EXPECT_EQ(back.get_string("sample.prompt"), prompt);
   EXPECT_EQ(back.get_bytes("memory.budget"), 2ll << 30);
   EXPECT_EQ(back.to_toml(), c.to_toml());
 }
