@@ -64,14 +64,16 @@ void LossWindow::load(torch::serialize::InputArchive& archive, const std::string
 DivergenceDetector::DivergenceDetector(int64_t window, double spike_zscore, double grad_factor)
     : real_(window), verified_(window), spike_zscore_(spike_zscore), grad_factor_(grad_factor) {}
 
-void DivergenceDetector::observe_real_step(double loss, double grad_norm) {
+std::string DivergenceDetector::observe_real_step(double loss, double grad_norm, bool check) {
   if (std::isfinite(loss)) real_.push(loss);
-  if (std::isfinite(grad_norm)) {
+  const std::string why = check ? check_grad(grad_norm) : "";
+  if (why.empty() && std::isfinite(grad_norm)) {
     // A plain average at first, so a few early steps do not leave a biased EMA behind.
     ++grad_count_;
     const double beta = std::max(1.0 / static_cast<double>(grad_count_), 0.05);
     grad_ema_ += beta * (grad_norm - grad_ema_);
   }
+  return why;
 }
 
 void DivergenceDetector::observe_verified(double loss) { verified_.push(loss); }

@@ -179,7 +179,6 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, Phase phase, bool rec
   }
   contiguous_ = record;
   update_loss_stats(r.loss);
-  div_.observe_real_step(r.loss, r.grad_norm);
   rec.loss = r.loss;
   rec.grad_norm = r.grad_norm;
   rec.lr = lr;
@@ -494,7 +493,9 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
 void HybridStrategy::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
   // The step is not lost: it becomes the first correct step, a real one from the restored point.
   const auto t0 = Clock::now();
-  real_step(trainer, Phase::Correct, predictor_->input() == UpdatePredictor::Input::Updates, rec);
+  const bool record = predictor_->input() == UpdatePredictor::Input::Updates;
+  const FullStepResult r = real_step(trainer, Phase::Correct, record, rec);
+  div_.observe_real_step(r.loss, r.grad_norm);  // from the restored, verified weights
   rec.phase = phase_name(Phase::Correct);
   log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
   if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
@@ -525,15 +526,13 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
     if (phase == Phase::Full && !ctl_.recording()) ++held_steps_;
     const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
     const FullStepResult r = real_step(trainer, phase, record, rec);
-    if (first_correct) {
-      const std::string why = div_.check_grad(r.grad_norm);
-      if (!why.empty()) {
-        // The weights the predict phase left passed verification yet produce an exploding
-        // gradient: count it against the predictor, keep the (clipped) real step.
-        ctl_.on_verification(false);
-        rec.extra["divergence"] = 1.0;
-        trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
-      }
+    const std::string why = div_.observe_real_step(r.loss, r.grad_norm, first_correct);
+    if (!why.empty()) {
+      // The weights the predict phase left passed verification yet produce an exploding
+      // gradient: count it against the predictor, keep the (clipped) real step.
+      ctl_.on_verification(false);
+      rec.extra["divergence"] = 1.0;
+      trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
     }
     if (ctl_.decision_due(updates ? predictor_->ready() : record && stretch_n_ >= 2)) {
       if (!updates) end_stretch(trainer, rec);

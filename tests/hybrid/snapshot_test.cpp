@@ -66,3 +66,21 @@ TEST(DivergenceDetector, FlagsNonFiniteSpikesExplosionsAndOscillation) {
   for (double v : {1.0, 0.99, 0.98, 0.97, 0.96}) d.observe_verified(v);
   EXPECT_EQ(d.check_oscillation(), "");
 }
+
+TEST(DivergenceDetector, AGradientIsJudgedAgainstTheNormsBeforeIt) {
+  // As the strategy reports the first real step after a predict phase: checked, then observed.
+  // Had the norm joined the average first, 15x would pass a 10x limit and nothing would ever
+  // pass a 25x one.
+  ht::DivergenceDetector d(16, 4.0, 10.0);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(d.observe_real_step(1.0, 2.0, true), "") << i;
+  EXPECT_NE(d.observe_real_step(1.0, 30.0, true).find("gradient norm"), std::string::npos);
+  EXPECT_DOUBLE_EQ(d.grad_norm_ema(), 2.0);  // the flagged norm stayed out of the average
+  EXPECT_EQ(d.observe_real_step(1.0, 19.0, true), "");
+  EXPECT_EQ(d.observe_real_step(1.0, 30.0), "");  // not a step after a predict phase: observed only
+  EXPECT_GT(d.grad_norm_ema(), 2.0);
+
+  ht::DivergenceDetector wide(16, 4.0, 25.0);
+  for (int i = 0; i < 8; ++i) wide.observe_real_step(1.0, 2.0);
+  EXPECT_NE(wide.observe_real_step(1.0, 60.0, true), "");
+  EXPECT_NE(wide.observe_real_step(1.0, NAN, true).find("non-finite"), std::string::npos);
+}

@@ -36,15 +36,19 @@ class DivergenceDetector {
  public:
   DivergenceDetector(int64_t window, double spike_zscore, double grad_factor);
 
-  // Reference statistics from real (full/correct) steps.
-  void observe_real_step(double loss, double grad_norm);
+  // Reference statistics from a real (full/correct) step. With check_grad (the first real step
+  // after a predict phase) its gradient norm is tested first, against the norms before it: in an
+  // average that already held it, a norm would need ~19x the others to pass a 10x limit, and no
+  // norm could pass a limit of 20x or more. A flagged norm stays out of the average.
+  // Returns the reason for flagging, or "".
+  std::string observe_real_step(double loss, double grad_norm, bool check_grad = false);
   // Losses measured on successive verifications within one predict phase.
   void observe_verified(double loss);
   void start_phase() { verified_.clear(); }
 
   // Each returns the reason for rejecting, or "" when the value is fine.
   std::string check_loss(double loss) const;       // non-finite, or z-score above the limit
-  std::string check_grad(double grad_norm) const;  // above grad_factor x its EMA
+  std::string check_grad(double grad_norm) const;  // above grad_factor x the EMA observed so far
   std::string check_oscillation() const;           // >= 4 alternating differences, growing
 
   double zscore(double loss) const;
