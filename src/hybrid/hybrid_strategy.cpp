@@ -346,7 +346,7 @@ void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_l
   measure_scale_ = ctl_.step_scale();
 }
 
-std::string HybridStrategy::check_prediction(double actual, double predicted, double required) {
+std::string HybridStrategy::check_prediction(double actual, double required) {
   std::string why = div_.check_loss(actual);
   if (!why.empty()) return why;
   if (opt_.verify == "holdout") {
@@ -360,11 +360,13 @@ std::string HybridStrategy::check_prediction(double actual, double predicted, do
       return os.str();
     }
   } else {
-    // Different batches: test the phase's mean loss against the reference with its noise.
+    // Different batches: test the phase's mean loss against the reference with its noise. The
+    // forecast does not move the band: a predictor that expects the loss to rise must not get
+    // that rise accepted (tolerance is the rise allowed over the last verified loss).
     const double sd = std::sqrt(std::max(loss_var_, 0.0));
     const double mean = phase_sum_ / static_cast<double>(phase_n_);
     const double band = 2.0 * sd / std::sqrt(static_cast<double>(phase_n_)) + opt_.tolerance * std::abs(ref_loss_);
-    if (mean > std::max(predicted, ref_loss_) + band) {
+    if (mean > ref_loss_ + band) {
       std::ostringstream os;
       os.precision(6);
       os << "mean loss " << mean << " of " << phase_n_ << " predicted steps above the band "
@@ -455,7 +457,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
 
   rec.extra["actual_loss"] = actual;
   ++summary_.verifications;
-  const std::string why = check_prediction(actual, predicted, required);
+  const std::string why = check_prediction(actual, required);
   // Error in units of the predicted change (holdout: the comparison is paired, noise-free) or of
   // the batch-to-batch noise (batch).
   const double unit = opt_.verify == "holdout"

@@ -535,3 +535,47 @@ TEST(HybridStrategy, RolledBackStepsDoNotCountAgainstTheScheduleOrTheBudget) {
   EXPECT_EQ(run.trainer->step(), 300);
   EXPECT_EQ(calls, 300 + undone);
 }
+
+namespace {
+
+// Wraps a predictor and forecasts the loss itself: `per_step` relative change per step ahead.
+class ForecastingPredictor : public ht::UpdatePredictor {
+ public:
+  ForecastingPredictor(std::unique_ptr<ht::UpdatePredictor> inner, double per_step)
+      : inner_(std::move(inner)), per_step_(per_step) {}
+  std::string name() const override { return "forecasting"; }
+  void observe(const std::vector<at::Tensor>& d, const ht::TrainingFeatures& f) override { inner_->observe(d, f); }
+  void reset_history() override { inner_->reset_history(); }
+  bool ready() const override { return inner_->ready(); }
+  void predict_into(std::vector<at::Tensor>& out, int64_t k, double scale) override {
+    inner_->predict_into(out, k, scale);
+  }
+  double predicted_loss_change(int64_t k) override { return std::pow(1.0 + per_step_, static_cast<double>(k)) - 1.0; }
+  int64_t state_bytes() const override { return inner_->state_bytes(); }
+  void save(torch::serialize::OutputArchive& a) const override { inner_->save(a); }
+  void load(torch::serialize::InputArchive& a) override { inner_->load(a); }
+
+ private:
+  std::unique_ptr<ht::UpdatePredictor> inner_;
+  double per_step_;
+};
+
+}  // namespace
+
+TEST(HybridStrategy, BatchVerificationBandDoesNotWidenWithTheForecast) {
+  // tolerance is the accepted rise over the last verified loss: a predictor that forecasts the
+  // loss to grow a hundredfold per step must not thereby get its harmful steps accepted.
+  toy::BowlRun run(100);
+  ht::HybridOptions o = toy_options("ema");
+  o.verify = "batch";
+  o.enter_confidence = 0.0;
+  o.spike_zscore = 1e9;  // the band alone judges these steps
+  auto owned = std::make_unique<ht::HybridStrategy>(
+      o, std::make_unique<ForecastingPredictor>(
+             std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise, 2.0), 100.0));
+  ht::HybridStrategy* hybrid = owned.get();
+  run.trainer->set_strategy(std::move(owned));
+  run_steps(*run.trainer, 100);
+  EXPECT_GE(hybrid->summary().rollbacks, 3);
+  EXPECT_EQ(hybrid->summary().accepted, 0);
+}

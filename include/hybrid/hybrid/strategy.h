@@ -73,8 +73,9 @@ class HybridStrategy : public StepStrategy {
   void correct_after_rollback(Trainer& trainer, StepRecord& rec);
   void enter_predict(Trainer& trainer);
   void finish_predict_phase(Trainer& trainer, double final_probe_loss);
-  // required: the probe loss the steps since the last verified point must reach (holdout).
-  std::string check_prediction(double actual, double predicted, double required);
+  // required: the probe loss the steps since the last verified point must reach (holdout). The
+  // predicted loss only calibrates the controller; it never widens what is accepted.
+  std::string check_prediction(double actual, double required);
   void rollback(Trainer& trainer, const std::string& why, StepRecord& rec);
   void measure_probe_before_decision(Trainer& trainer);
   double probe_loss(Trainer& trainer, const Batch& batch);
