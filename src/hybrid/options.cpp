@@ -52,7 +52,11 @@ void HybridOptions::validate() const {
   at_least("rssm_ensemble", rssm_ensemble, 1);
   at_least("rssm_hidden", rssm_hidden, 1);
   at_least("rssm_latent", rssm_latent, 1);
-  at_least("rssm_window", rssm_window, 2);
+  // Shorter windows would pass here and then switch a feature off without a word.
+  if (rssm_window < 4) {
+    fail("rssm_window", str(rssm_window),
+         ">= 4: the rssm trains on windows of at least 4 recorded steps, so a shorter one never predicts");
+  }
   at_least("rssm_train_every", rssm_train_every, 1);
   if (!(rssm_lr > 0.0 && std::isfinite(rssm_lr))) fail("rssm_lr", str(rssm_lr), "> 0");
   at_least("groups", groups, 1);
@@ -64,7 +68,10 @@ void HybridOptions::validate() const {
   in_range("tolerance", tolerance, 0.0, 1.0);
   in_range("min_step_worth", min_step_worth, 0.0, 16.0);
   if (!(spike_zscore > 0.0)) fail("spike_zscore", str(spike_zscore), "> 0");
-  at_least("loss_window", loss_window, 4);
+  if (loss_window < 8) {
+    fail("loss_window", str(loss_window),
+         ">= 8: the loss-spike test needs 8 real-step losses in the window, so a shorter one turns it off");
+  }
   if (!(grad_explosion > 1.0)) fail("grad_explosion", str(grad_explosion), "> 1");
   in_range("enter_confidence", enter_confidence, 0.0, 1.0);
   in_range("max_step_scale", max_step_scale, 1.0, 16.0);

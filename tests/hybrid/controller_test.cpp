@@ -207,3 +207,31 @@ TEST(HybridOptions, ValidateNamesTheField) {
   o.max_step_scale = 0.5;
   expect_field(o, "max_step_scale");
 }
+
+namespace {
+
+std::string validation_error(const ht::HybridOptions& o) {
+  try {
+    o.validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(HybridOptions, RejectsWindowsTooShortForTheirTests) {
+  // The rssm trains on windows of at least 4 recorded steps: with fewer it never becomes ready.
+  ht::HybridOptions o;
+  o.rssm_window = 3;
+  EXPECT_NE(validation_error(o).find("HybridOptions.rssm_window"), std::string::npos) << validation_error(o);
+  o.rssm_window = 4;
+  EXPECT_EQ(validation_error(o), "");
+  // The spike test needs 8 real-step losses in the window.
+  o = {};
+  o.loss_window = 7;
+  EXPECT_NE(validation_error(o).find("HybridOptions.loss_window"), std::string::npos) << validation_error(o);
+  o.loss_window = 8;
+  EXPECT_EQ(validation_error(o), "");
+}

@@ -28,7 +28,7 @@ struct HybridOptions {
   int64_t rssm_ensemble = 3;       // members; their spread is the predictor's uncertainty
   int64_t rssm_hidden = 32;        // GRU state size
   int64_t rssm_latent = 8;         // stochastic latent size
-  int64_t rssm_window = 16;        // truncated-BPTT window (recorded steps)
+  int64_t rssm_window = 16;        // truncated-BPTT window (recorded steps; >= 4, the least it trains on)
   int64_t rssm_train_every = 4;    // one optimisation step of the model every n observations
   double rssm_lr = 3e-3;
   int64_t groups = 4;              // layer groups (contiguous runs of parameter tensors)
@@ -50,7 +50,7 @@ struct HybridOptions {
   // decreases at the level of the probe's noise.
   double min_step_worth = 0.25;
   double spike_zscore = 4.0;       // batch verification: loss z-score over the window that fails
-  int64_t loss_window = 32;        // losses kept for z-scores and oscillation
+  int64_t loss_window = 32;        // losses kept for z-scores and oscillation (>= 8: the spike test needs 8)
   double grad_explosion = 10.0;    // grad norm above this multiple of its EMA is divergence
 
   // Confidence (in [0, 1]) gates the Predict phase and scales the step multiplier.
