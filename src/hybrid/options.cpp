@@ -43,6 +43,11 @@ void HybridOptions::validate() const {
     fail("predictor", "\"" + predictor + "\"",
          "one of \"mean\", \"regression\", \"drift\", \"last\", \"ema\", \"dmd\", \"rssm\"");
   }
+  if (predictor == "drift" && full_steps < 4) {
+    fail("full_steps", str(full_steps),
+         ">= 4 with predictor \"drift\" (its slope test fits a line through at least 4 recorded "
+         "weights): raise full_steps (hybrid.full_steps in a config) or choose another predictor");
+  }
   if (!(drift_tstat >= 0.0)) fail("drift_tstat", str(drift_tstat), ">= 0");
   if (!(ema_beta >= 0.0 && ema_beta < 1.0)) fail("ema_beta", str(ema_beta), "in [0, 1)");
   at_least("dmd_history", dmd_history, 2);

@@ -235,3 +235,18 @@ TEST(HybridOptions, RejectsWindowsTooShortForTheirTests) {
   o.loss_window = 8;
   EXPECT_EQ(validation_error(o), "");
 }
+
+TEST(HybridOptions, DriftNeedsFourRecordedStepsAStretch) {
+  // Its line fit throws mid-run on a stretch of fewer than 4 weights: refuse the options instead.
+  ht::HybridOptions o;
+  o.predictor = "drift";
+  o.full_steps = 3;
+  const std::string why = validation_error(o);
+  EXPECT_NE(why.find("HybridOptions.full_steps"), std::string::npos) << why;
+  EXPECT_NE(why.find("drift"), std::string::npos) << why;
+  o.full_steps = 4;
+  EXPECT_EQ(validation_error(o), "");
+  o.predictor = "mean";  // the other trajectory predictors need 2, which Full waits for anyway
+  o.full_steps = 1;
+  EXPECT_EQ(validation_error(o), "");
+}

@@ -579,3 +579,16 @@ TEST(HybridStrategy, BatchVerificationBandDoesNotWidenWithTheForecast) {
   EXPECT_GE(hybrid->summary().rollbacks, 3);
   EXPECT_EQ(hybrid->summary().accepted, 0);
 }
+
+TEST(HybridStrategy, DriftRunsOnTheShortestStretchValidationAllows) {
+  // full_steps = 4 passes validation, so every stretch of 4 recorded weights must be fit.
+  toy::MlpRun run(200);
+  ht::HybridOptions o = toy_options("drift");
+  o.full_steps = 4;
+  o.enter_confidence = 0.0;
+  auto owned = std::make_unique<ht::HybridStrategy>(o);
+  ht::HybridStrategy* hybrid = owned.get();
+  run.trainer->set_strategy(std::move(owned));
+  EXPECT_NO_THROW(run_steps(*run.trainer, 200));
+  EXPECT_GE(hybrid->summary().phases_predict, 5);
+}

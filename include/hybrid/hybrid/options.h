@@ -12,7 +12,8 @@ struct HybridOptions {
   // The defaults suit the "mean" predictor (measured on a noisy MLP regression with Adam: the
   // mean update over 64 steps stays a descent direction for 32-64 steps, single updates do not).
   int64_t warmup_steps = 50;       // plain full steps before anything is recorded
-  int64_t full_steps = 64;         // recorded full steps per cycle (extended until the predictor is ready)
+  int64_t full_steps = 64;         // recorded full steps per cycle (extended until the predictor is ready;
+                                   // drift: >= 4, the least its slope test fits)
   int64_t correct_steps = 16;      // real steps after a predict phase: measure the error, let Adam settle
   int64_t min_predict_steps = 32;  // first horizon (and a probe's); rollbacks may shrink it below
   int64_t max_predict_steps = 64;  // the horizon grows on success up to this
