@@ -592,3 +592,24 @@ TEST(HybridStrategy, DriftRunsOnTheShortestStretchValidationAllows) {
   EXPECT_NO_THROW(run_steps(*run.trainer, 200));
   EXPECT_GE(hybrid->summary().phases_predict, 5);
 }
+
+TEST(HybridStrategy, BatchVerificationDoesNotReadBatchNoiseAsOscillation) {
+  // Predicted steps that leave the weights where they are: each verified loss is another batch's
+  // loss of the same weights, pure noise, which must not count as a growing oscillation.
+  toy::MlpRun run(1000);
+  ht::HybridOptions o = toy_options("ema");
+  o.verify = "batch";
+  o.enter_confidence = 0.0;
+  o.min_predict_steps = 64;
+  o.max_predict_steps = 64;
+  o.verify_every = 16;
+  o.tolerance = 1.0;  // the band is not the point here
+  auto owned = std::make_unique<ht::HybridStrategy>(
+      o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Timid, 0.0));
+  ht::HybridStrategy* hybrid = owned.get();
+  run.trainer->set_strategy(std::move(owned));
+  run_steps(*run.trainer, 1000);
+  ASSERT_GE(hybrid->summary().predicted_applied, 500);
+  EXPECT_FALSE(has_message(run.logger, "oscillates"));
+  EXPECT_EQ(hybrid->summary().rollbacks, 0);
+}

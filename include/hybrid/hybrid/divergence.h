@@ -42,7 +42,8 @@ class DivergenceDetector {
   // norm could pass a limit of 20x or more. A flagged norm stays out of the average.
   // Returns the reason for flagging, or "".
   std::string observe_real_step(double loss, double grad_norm, bool check_grad = false);
-  // Losses measured on successive verifications within one predict phase.
+  // Losses measured on successive verifications within one predict phase, on the same probe:
+  // the strategy checks oscillation in holdout mode only, where differences are not batch noise.
   void observe_verified(double loss);
   void start_phase() { verified_.clear(); }
 

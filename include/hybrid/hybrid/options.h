@@ -35,7 +35,8 @@ struct HybridOptions {
   int64_t groups = 4;              // layer groups (contiguous runs of parameter tensors)
   uint64_t seed = 1234;            // the stochastic latent's generator
 
-  // Verification: "batch" = forward on every predicted step's own training batch;
+  // Verification: "batch" = forward on every predicted step's own training batch (no
+  // oscillation test: successive losses are different batches');
   // "holdout" = forward on a probe (the next probe_batches training batches, peeked: the data
   // order stays plain mode's, and they are not yet trained on) after the 4th predicted step of
   // a phase, every verify_every steps and at the end of the phase. Either way a failed check
