@@ -539,17 +539,18 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
       rec.extra["divergence"] = 1.0;
       trainer.logger().on_message(Level::Warning, "hybrid: after a predict phase: " + why);
     }
+    // The step's training is part of the stretch the decision's probe measures (its loss already
+    // moved); the probe forward that ends the stretch is not.
+    stretch_ms_ += ms_since(t0);
+    ++stretch_steps_;
     if (ctl_.decision_due(updates ? predictor_->ready() : record && stretch_n_ >= 2)) {
       if (!updates) end_stretch(trainer, rec);
       measure_probe_before_decision(trainer);
     }
-    const double ms = ms_since(t0);
-    ema(record ? summary_.recorded_step_ms : summary_.plain_step_ms, ms, kTimeEma);
+    ema(record ? summary_.recorded_step_ms : summary_.plain_step_ms, ms_since(t0), kTimeEma);
     log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
     // Free the gradients now, not in the first predicted step: its peak would still hold them.
     if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
-    stretch_ms_ += ms;
-    ++stretch_steps_;
   }
   trainer.advance_step();
 

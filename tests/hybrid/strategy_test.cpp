@@ -613,3 +613,30 @@ TEST(HybridStrategy, BatchVerificationDoesNotReadBatchNoiseAsOscillation) {
   EXPECT_FALSE(has_message(run.logger, "oscillates"));
   EXPECT_EQ(hybrid->summary().rollbacks, 0);
 }
+
+TEST(HybridStrategy, ProbeSlopeDividesTheRealStepsProgressByTheirNumber) {
+  // On the bowl the probe loss is the loss of the weights, so the per-step slope the first
+  // predicted step of a phase is forecast with can be recomputed from the run: the probe loss
+  // the last phase ended on, the one after the decision step, and the real steps in between.
+  toy::BowlRun run(100);
+  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(toy_options("ema")));
+  std::vector<ht::StepRecord> recs;
+  std::vector<double> after;  // loss after each step
+  for (int i = 0; i < 100; ++i) {
+    recs.push_back(run.trainer->train_step());
+    after.push_back(run.loss());
+  }
+  int64_t checked = 0, last_predicted = -1;
+  for (int64_t i = 1; i < 100; ++i) {
+    if (recs[i].phase == "predict" && recs[i - 1].phase != "predict" && last_predicted >= 0) {
+      const double end = after[last_predicted];
+      ASSERT_EQ(recs[last_predicted].extra.at("actual_loss"), end);  // the phase ended verified there
+      const double slope = (after[i - 1] - end) / static_cast<double>(i - 1 - last_predicted);
+      EXPECT_NEAR(recs[i].extra.at("predicted_loss"), after[i - 1] + slope, 1e-12 * after[i - 1])
+          << "step " << recs[i].step;
+      ++checked;
+    }
+    if (recs[i].phase == "predict") last_predicted = i;
+  }
+  EXPECT_GE(checked, 3);
+}
