@@ -10,7 +10,8 @@ namespace ht {
 void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   using archive_io::put;
   // Version 2: trajectory predictors keep strided samples instead of the full last prediction.
-  put(a, "version", int64_t{2});
+  // Version 3: the summary counts undone predicted steps and recorded steps.
+  put(a, "version", int64_t{3});
   put(a, "predictor_name", predictor_->name());
   torch::serialize::OutputArchive c(a.compilation_unit()), d(a.compilation_unit()),
       s(a.compilation_unit()), p(a.compilation_unit());
@@ -64,7 +65,6 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "end_loss", end_loss_);
   put(a, "have_end_loss", have_end_loss_);
   put(a, "pending_pred_rate", pending_pred_rate_);
-  put(a, "held_steps", held_steps_);
 
   const HybridSummary& m = summary_;
   put(a, "s_steps", m.steps);
@@ -72,7 +72,8 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "s_ms_by_phase", std::vector<double>(m.ms_by_phase, m.ms_by_phase + 4));
   put(a, "s_counts", std::vector<double>{double(m.predicted_applied), double(m.predicted_kept),
                                          double(m.verifications), double(m.accepted), double(m.rollbacks),
-                                         double(m.verify_forwards), double(m.phases_predict)});
+                                         double(m.verify_forwards), double(m.phases_predict),
+                                         double(m.predicted_undone), double(m.recorded_steps)});
   put(a, "s_plain_ms", m.plain_step_ms);
   put(a, "s_recorded_ms", m.recorded_step_ms);
 }
@@ -84,9 +85,9 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
     throw std::runtime_error("hybrid state was saved with predictor \"" + name + "\", this run uses \"" +
                              predictor_->name() + "\": resume with the same hybrid.predictor");
   }
-  if (get_int(a, "version") < 2) {
+  if (get_int(a, "version") < 3) {
     throw std::runtime_error("hybrid state in this checkpoint is version " + std::to_string(get_int(a, "version")) +
-                             " (an earlier build); this build reads version 2: start the run again or "
+                             " (an earlier build); this build reads version 3: start the run again or "
                              "resume it with the build that wrote it");
   }
   torch::serialize::InputArchive c, d, s, p;
@@ -137,14 +138,13 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   end_loss_ = get_double(a, "end_loss");
   have_end_loss_ = get_bool(a, "have_end_loss");
   pending_pred_rate_ = get_double(a, "pending_pred_rate");
-  held_steps_ = get_int(a, "held_steps");
 
   HybridSummary& m = summary_;
   m.steps = get_int(a, "s_steps");
   const auto sp = get_doubles(a, "s_steps_by_phase");
   const auto ms = get_doubles(a, "s_ms_by_phase");
   const auto n = get_doubles(a, "s_counts");
-  if (sp.size() != 4 || ms.size() != 4 || n.size() != 7) throw std::runtime_error("hybrid state: bad summary");
+  if (sp.size() != 4 || ms.size() != 4 || n.size() != 9) throw std::runtime_error("hybrid state: bad summary");
   for (int i = 0; i < 4; ++i) {
     m.steps_by_phase[i] = static_cast<int64_t>(sp[i]);
     m.ms_by_phase[i] = ms[i];
@@ -156,6 +156,8 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   m.rollbacks = static_cast<int64_t>(n[4]);
   m.verify_forwards = static_cast<int64_t>(n[5]);
   m.phases_predict = static_cast<int64_t>(n[6]);
+  m.predicted_undone = static_cast<int64_t>(n[7]);
+  m.recorded_steps = static_cast<int64_t>(n[8]);
   m.plain_step_ms = get_double(a, "s_plain_ms");
   m.recorded_step_ms = get_double(a, "s_recorded_ms");
 }

@@ -150,6 +150,7 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, Phase phase, bool rec
   const FullStepResult r = trainer.full_step(phase_name(phase));
   const double lr = trainer.optimizer().lr();
   if (record) {
+    ++summary_.recorded_steps;
     if (fresh) {
       stretch_n_ = 0;
       ahead_ = 0;
@@ -389,6 +390,10 @@ void HybridStrategy::rollback(Trainer& trainer, const std::string& why, StepReco
   // step's own slot (the last of them) goes to the correct step that follows the rollback.
   trainer.rewind_steps(lost - 1);
   ++summary_.rollbacks;
+  // The summary takes them back too (their time stays the predict phase's: it was spent).
+  summary_.predicted_undone += lost;
+  summary_.steps -= lost - 1;
+  summary_.steps_by_phase[static_cast<int>(Phase::Predict)] -= lost - 1;
   rec.extra["rolled_back"] = 1.0;
   rec.extra["rolled_back_steps"] = static_cast<double>(lost);
   trainer.logger().on_message(Level::Info, "hybrid: step " + std::to_string(trainer.step() + 1) +
@@ -514,6 +519,7 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   StepRecord rec;
   const Phase phase = ctl_.phase();
   rec.phase = phase_name(phase);
+  double predict_ms = 0.0;  // a rolled-back step's predict work: the record is the correct step's
   if (phase == Phase::Predict) {
     bool rolled_back = false;
     {
@@ -522,13 +528,15 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
       const auto scope = trainer.memory().phase(MemoryPhase::Predict);
       rolled_back = predicted_step(trainer, rec);
     }
-    if (rolled_back) correct_after_rollback(trainer, rec);
+    if (rolled_back) {
+      predict_ms = ms_since(t0);
+      correct_after_rollback(trainer, rec);
+    }
   } else {
     // Trajectory predictors watch from the first full step on: the correct steps after a jump
     // let the optimizer settle back into the valley first.
     const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
     const bool record = ctl_.recording() && (updates || phase == Phase::Full);
-    if (phase == Phase::Full && !ctl_.recording()) ++held_steps_;
     const bool first_correct = phase == Phase::Correct && ctl_.steps_in_phase() == 0;
     const FullStepResult r = real_step(trainer, phase, record, rec);
     const std::string why = div_.observe_real_step(r.loss, r.grad_norm, first_correct);
@@ -564,7 +572,8 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   const int idx = rec.phase == "predict" ? 2 : rec.phase == "correct" ? 3 : rec.phase == "warmup" ? 0 : 1;
   ++summary_.steps;
   ++summary_.steps_by_phase[idx];
-  summary_.ms_by_phase[idx] += rec.ms;
+  summary_.ms_by_phase[static_cast<int>(Phase::Predict)] += predict_ms;
+  summary_.ms_by_phase[idx] += rec.ms - predict_ms;
   return rec;
 }
 
@@ -575,9 +584,8 @@ void HybridStrategy::on_finish(Trainer& trainer) {
   s.final_confidence = ctl_.confidence();
   s.final_horizon = ctl_.horizon();
   const double plain = s.plain_step_ms > 0.0 ? s.plain_step_ms : s.recorded_step_ms;
-  const int64_t recorded = s.steps_by_phase[3] + (s.steps_by_phase[1] - held_steps_);
   s.estimated_saved_ms = static_cast<double>(s.predicted_kept) * plain - s.ms_by_phase[2] -
-                         static_cast<double>(recorded) * std::max(0.0, s.recorded_step_ms - plain);
+                         static_cast<double>(s.recorded_steps) * std::max(0.0, s.recorded_step_ms - plain);
   trainer.logger().on_message(Level::Info, s.to_string());
 }
 

@@ -9,7 +9,8 @@ std::string HybridSummary::to_string() const {
   std::ostringstream os;
   os.precision(3);
   os << "hybrid summary (" << predictor << "): " << steps << " steps, " << 100.0 * share_predicted()
-     << "% predicted (" << predicted_kept << " of " << predicted_applied << " predicted updates kept), "
+     << "% predicted (" << predicted_kept << " of " << predicted_applied << " predicted updates kept, "
+     << predicted_undone << " undone), " << recorded_steps << " recorded steps, "
      << "acceptance " << 100.0 * acceptance_rate() << "% of " << verifications << " verifications, "
      << rollbacks << " rollbacks, " << phases_predict << " predict phases, " << verify_forwards
      << " verification forwards; ms warmup/full/predict/correct " << ms_by_phase[0] << "/"

@@ -640,3 +640,58 @@ TEST(HybridStrategy, ProbeSlopeDividesTheRealStepsProgressByTheirNumber) {
   }
   EXPECT_GE(checked, 3);
 }
+
+TEST(HybridStrategy, SummaryCountsOnlyKeptPredictedStepsAsPredicted) {
+  // Every predicted stretch is undone: nothing of the run was predicted, though predicting took
+  // time, and that time (the failing step's included) is the predict phase's.
+  for (const std::string verify : {"holdout", "batch"}) {
+    toy::BowlRun run(120);
+    ht::HybridOptions o = toy_options("ema");
+    o.verify = verify;
+    o.enter_confidence = 0.0;
+    auto owned = std::make_unique<ht::HybridStrategy>(
+        o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise, 1e3));
+    ht::HybridStrategy* hybrid = owned.get();
+    run.trainer->set_strategy(std::move(owned));
+    run.trainer->fit();
+    const auto& s = hybrid->summary();
+    ASSERT_GE(s.rollbacks, 3) << verify;
+    ASSERT_GT(s.predicted_applied, 0) << verify;
+    EXPECT_EQ(s.predicted_kept, 0) << verify;
+    EXPECT_EQ(s.steps_by_phase[2], 0) << verify;
+    EXPECT_EQ(s.share_predicted(), 0.0) << verify;
+    EXPECT_EQ(s.steps, run.trainer->step()) << verify;
+    EXPECT_EQ(s.predicted_undone, s.predicted_applied) << verify;
+    EXPECT_GT(s.ms_by_phase[2], 0.0) << verify;
+  }
+}
+
+TEST(HybridStrategy, SummaryAddsUpWhenSomePhasesAreKeptAndOthersUndone) {
+  // Good and harmful stretches alternate. Update predictors record every full and correct step;
+  // trajectory predictors only full steps (correct steps let the optimizer settle first). Every
+  // full step records here: with the gate open and no pay check the controller never holds.
+  for (const std::string name : {"ema", "mean"}) {
+    toy::MlpRun run(400);
+    ht::HybridOptions o = toy_options(name);
+    o.enter_confidence = 0.0;
+    o.tolerance = 1.0;  // keeps the good stretches; the bad ones are far outside
+    auto inner = name == "ema" ? ht::make_ema_predictor(0.9) : ht::make_mean_predictor();
+    auto owned = std::make_unique<ht::HybridStrategy>(
+        o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::AlternatePhases, 1e3,
+                                                     std::move(inner)));
+    ht::HybridStrategy* hybrid = owned.get();
+    run.trainer->set_strategy(std::move(owned));
+    run.trainer->fit();
+    const auto& s = hybrid->summary();
+    ASSERT_GT(s.predicted_kept, 0) << name;
+    ASSERT_GT(s.predicted_undone, 0) << name;
+    ASSERT_GT(s.steps_by_phase[3], 0) << name;
+    EXPECT_EQ(s.predicted_kept + s.predicted_undone, s.predicted_applied) << name;
+    EXPECT_EQ(s.steps_by_phase[2], s.predicted_kept) << name;
+    EXPECT_EQ(s.steps, run.trainer->step()) << name;
+    EXPECT_EQ(s.steps_by_phase[0] + s.steps_by_phase[1] + s.steps_by_phase[2] + s.steps_by_phase[3], s.steps)
+        << name;
+    const int64_t recorded = s.steps_by_phase[1] + (name == "ema" ? s.steps_by_phase[3] : 0);
+    EXPECT_EQ(s.recorded_steps, recorded) << name;
+  }
+}

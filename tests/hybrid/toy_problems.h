@@ -182,6 +182,7 @@ class SabotagedPredictor : public ht::UpdatePredictor {
   Input input() const override { return inner_->input(); }
   void observe_weights(const std::vector<at::Tensor>& w, const ht::TrainingFeatures& f) override {
     inner_->observe_weights(w, f);
+    ++observed_;
   }
   void end_stretch(const std::vector<at::Tensor>& w) override { inner_->end_stretch(w); }
   void observe(const std::vector<at::Tensor>& d, const ht::TrainingFeatures& f) override {

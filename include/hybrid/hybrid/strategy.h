@@ -20,11 +20,16 @@ namespace ht {
 
 struct HybridSummary {
   std::string predictor;
+  // The run's steps, as the trainer counts them: rolled-back predicted steps are taken back, so
+  // steps_by_phase[Predict] holds kept predicted steps only (a rolled-back step reports as the
+  // correct step that replaced it).
   int64_t steps = 0;
   int64_t steps_by_phase[4] = {0, 0, 0, 0};   // indexed by Phase
-  double ms_by_phase[4] = {0, 0, 0, 0};
+  double ms_by_phase[4] = {0, 0, 0, 0};       // predict: also the undone predicted steps' time
   int64_t predicted_applied = 0;   // predicted updates added to the weights
   int64_t predicted_kept = 0;      // of those, not rolled back
+  int64_t predicted_undone = 0;    // of those, rolled back (kept + undone = applied once verified)
+  int64_t recorded_steps = 0;      // real steps that recorded for the predictor (what recording costs)
   int64_t verifications = 0;
   int64_t accepted = 0;
   int64_t rollbacks = 0;
@@ -40,7 +45,7 @@ struct HybridSummary {
   double final_confidence = 0.0;
   int64_t final_horizon = 0;
 
-  double share_predicted() const { return steps ? double(steps_by_phase[2]) / steps : 0.0; }
+  double share_predicted() const { return steps ? double(steps_by_phase[2]) / steps : 0.0; }  // kept
   double acceptance_rate() const { return verifications ? double(accepted) / verifications : 0.0; }
   std::string to_string() const;
 };
@@ -152,7 +157,6 @@ class HybridStrategy : public StepStrategy {
   double end_loss_ = NAN;        // probe loss when the last predict phase ended
   bool have_end_loss_ = false;
   double pending_pred_rate_ = 0.0;
-  int64_t held_steps_ = 0;       // full steps run without recording
 
   HybridSummary summary_;
   bool buffers_ready_ = false;
