@@ -432,16 +432,22 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   rec.extra["step_scale"] = scale;
 
   // What the loss should be: the predictor's own model if it has one, else the recent per-step
-  // trend of real steps carried over the steps predicted since the last verified point.
-  const double steps_since_ref = static_cast<double>(ahead_ - ref_ahead_);
+  // trend of real steps carried over the steps predicted since ref_loss_ was measured. Holdout
+  // moves ref_loss_ to every accepted check; batch mode keeps the phase's starting train-loss EMA.
+  const int64_t ref_at = opt_.verify == "holdout" ? ref_ahead_ : phase_start_ahead_;
+  const double steps_since_ref = static_cast<double>(ahead_ - ref_at);
   // Holdout: real steps' paired per-step decrease of the probe loss, when one was measured.
   const double slope = opt_.verify == "holdout" && have_probe_slope_ ? probe_slope_ : loss_slope_;
   double predicted = ref_loss_ + slope * steps_since_ref * ctl_.step_scale();
   // Kept predicted steps use up steps of the budget and the schedule, so they must be worth
   // min_step_worth of the real steps they stand in for.
   const double required = ref_loss_ + opt_.min_step_worth * std::min(slope, 0.0) * steps_since_ref;
+  // The predictor forecasts the change since its last observation (ahead 0): taken from ref_at.
   const double rel = predictor_->predicted_loss_change(ahead_);
-  if (std::isfinite(rel)) predicted = ref_loss_ * (1.0 + rel);
+  const double rel_ref = ref_at > 0 ? predictor_->predicted_loss_change(ref_at) : 0.0;
+  if (std::isfinite(rel) && std::isfinite(rel_ref) && rel_ref > -1.0) {
+    predicted = ref_loss_ * (1.0 + rel) / (1.0 + rel_ref);
+  }
   rec.extra["predicted_loss"] = predicted;
 
   double actual = NAN;

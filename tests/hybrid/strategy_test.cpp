@@ -695,3 +695,36 @@ TEST(HybridStrategy, SummaryAddsUpWhenSomePhasesAreKeptAndOthersUndone) {
     EXPECT_EQ(s.recorded_steps, recorded) << name;
   }
 }
+
+TEST(HybridStrategy, ForecastLossStartsFromTheLastVerifiedPoint) {
+  // A predictor's loss forecast is relative to its last observation; after an accepted check the
+  // reference is that check's loss, so the forecast must count only the steps since it.
+  toy::BowlRun run(120);
+  ht::HybridOptions o = toy_options("ema");
+  o.enter_confidence = 0.0;  // the forecast is off on purpose: keep predicting anyway
+  const double per_step = -1e-3;
+  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
+      o, std::make_unique<ForecastingPredictor>(ht::make_ema_predictor(0.9), per_step)));
+  const auto recs = run_steps(*run.trainer, 120);
+  int64_t checked = 0, index = 0, verified_at = 0;
+  double verified_loss = NAN;
+  for (const auto& r : recs) {
+    if (r.phase != "predict") {
+      index = 0;
+      verified_at = 0;
+      continue;
+    }
+    ++index;
+    if (verified_at > 0) {
+      const double expected = verified_loss * std::pow(1.0 + per_step, static_cast<double>(index - verified_at));
+      EXPECT_NEAR(r.extra.at("predicted_loss"), expected, 1e-9 * expected) << "step " << r.step;
+      ++checked;
+    }
+    if (r.extra.at("verified") == 1.0) {
+      ASSERT_EQ(r.extra.at("accepted"), 1.0);
+      verified_at = index;
+      verified_loss = r.extra.at("actual_loss");
+    }
+  }
+  EXPECT_GE(checked, 5);
+}
