@@ -62,9 +62,9 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   for (const auto& b : trainer.objective().module().buffers()) {
     if (b.is_floating_point()) state_.push_back(b);
   }
-  // predicted_ may already hold state loaded from a checkpoint.
+  // Scratch for update predictors, refilled before every use (predicted_ is predicted again
+  // when a measured step comes), so no checkpoint holds them.
   auto allocate = [&](std::vector<at::Tensor>& buffers) {
-    if (!buffers.empty()) return;
     for (const auto& p : params_) buffers.push_back(torch::zeros(p.sizes(), p.options().requires_grad(false)));
   };
   if (predictor_->input() == UpdatePredictor::Input::Updates) {
@@ -252,8 +252,10 @@ double HybridStrategy::batch_loss(Trainer& trainer, const Batch& batch) {
 }
 
 void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
-  // One forward ends the full stretch (its loss decrease per second) and, if the controller
-  // opens a predict phase now, is also that phase's starting loss.
+  // One forward on the last phase's probe ends the full stretch: its loss decrease per second
+  // and per step, paired with the loss that phase ended on. The next phase starts on a fresh
+  // probe (kProbeRefreshPhases = 1) and measures its own starting loss; this one would serve
+  // only if phases shared a probe.
   if (!have_probe_) return;
   const double now = probe_loss(trainer, probe_);
   if (have_end_loss_ && stretch_ms_ > 0.0 && stretch_steps_ > 0) {

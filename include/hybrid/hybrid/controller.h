@@ -17,9 +17,11 @@ enum class Phase { Warmup = 0, Full = 1, Predict = 2, Correct = 3 };
 const char* phase_name(Phase phase);
 
 // Confidence is calibrated on observed errors only: the recent acceptance rate of verifications,
-// the cosine between predicted and true updates (Correct steps), the relative error of the
-// predicted loss, and the predictor's own estimate. The Predict phase opens when it passes
-// enter_confidence and predicted phases lower the loss faster per second than full steps.
+// the cosine between predicted and true updates (update predictors: on the first recorded step
+// after a predict phase; trajectory predictors: the next Full stretch's drift against the last
+// applied update, at that stretch's end), the relative error of the predicted loss, and the
+// predictor's own estimate. The Predict phase opens when it passes enter_confidence and
+// predicted phases lower the loss faster per second than full steps.
 class PhaseController {
  public:
   explicit PhaseController(const HybridOptions& options);

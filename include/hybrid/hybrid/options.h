@@ -51,7 +51,7 @@ struct HybridOptions {
   // steps that pay for their time (an axpy and a share of the probe forwards) and rejects
   // decreases at the level of the probe's noise.
   double min_step_worth = 0.25;
-  double spike_zscore = 4.0;       // batch verification: loss z-score over the window that fails
+  double spike_zscore = 4.0;       // verified losses (batch or probe) this many sd above the real steps' fail
   int64_t loss_window = 32;        // losses kept for z-scores and oscillation (>= 8: the spike test needs 8)
   double grad_explosion = 10.0;    // grad norm above this multiple of its EMA is divergence
 
