@@ -1,6 +1,7 @@
 // The hybrid strategy driven by the real ht::Trainer on toy problems: phase order, predictors that
 // must be accepted where their prediction is known, bad predictors that must always be rolled
-// back (bit-exactly, without slowing training), flat tensor memory, and mid-phase resume.
+// back (bit-exactly, without slowing training), flat tensor memory, mid-phase resume, the loss
+// forecasts and bands verification uses, and the summary's accounting.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
