@@ -444,12 +444,15 @@ EvalRecord Trainer::evaluate_weights() {
 EvalRecord Trainer::fit() {
   EvalRecord last;
   EvalSchedule evals(options_.eval_every);
+  evals.restore_due(pending_eval_step_);  // from the checkpoint this run resumed from
   while (step_ < options_.max_steps && !stop_requested_) {
     StepRecord rec = train_step();
     logger_->on_step(rec);
     const bool verified = !strategy_ || strategy_->at_verified_point();
     // The run's end is evaluated below, after on_finish.
-    if (evals.evaluate_now(step_, verified) && step_ < options_.max_steps) {
+    const bool evaluate_now = evals.evaluate_now(step_, verified) && step_ < options_.max_steps;
+    pending_eval_step_ = evals.due();
+    if (evaluate_now) {
       last = evaluate_or_exit();
       logger_->on_eval(last);
     }
@@ -493,6 +496,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   root.write("step", torch::tensor(step_));
   root.write("config", c10::IValue(options_.config_text));
   root.write("micro_splits", torch::tensor(options_.micro_splits));
+  if (pending_eval_step_ > 0) root.write("pending_eval", torch::tensor(pending_eval_step_));
 
   torch::serialize::OutputArchive model;
   for (const auto& kv : objective_.module().named_parameters()) model.write(kv.key(), kv.value());
@@ -568,6 +572,8 @@ void Trainer::load_checkpoint(const std::string& path) {
     return t;
   };
   step_ = read("step").item<int64_t>();
+  at::Tensor pending;  // absent: no evaluation was waiting (or a file from before it was saved)
+  pending_eval_step_ = root.try_read("pending_eval", pending) ? pending.item<int64_t>() : 0;
   options_.micro_splits = std::max(options_.micro_splits, read("micro_splits").item<int64_t>());
   const at::Tensor cursor = read("data");  // [3]: seed, epoch, position
   data_.restore(DataCursor{static_cast<uint64_t>(cursor[0].item<int64_t>()), cursor[1].item<int64_t>(),

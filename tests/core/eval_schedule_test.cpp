@@ -38,3 +38,14 @@ TEST(EvalSchedule, ARollbackBeforeTheDueStepMakesItWaitUntilTrainingIsBackThere)
   const auto at = evaluated(ht::EvalSchedule(4), {{3, false}, {4, false}, {5, false}, {3, true}, {4, true}, {5, true}});
   EXPECT_EQ(at, (std::vector<int64_t>{4}));
 }
+
+TEST(EvalSchedule, AWaitingEvaluationCarriesOverToAScheduleThatRestoresIt) {
+  // What a checkpoint written at step 5 (unverified) holds, and a resumed run does with it.
+  ht::EvalSchedule before(4);
+  EXPECT_FALSE(before.evaluate_now(4, false));
+  EXPECT_FALSE(before.evaluate_now(5, false));
+  EXPECT_EQ(before.due(), 4);
+  ht::EvalSchedule resumed(4);
+  resumed.restore_due(before.due());
+  EXPECT_EQ(evaluated(resumed, {{6, true}, {7, true}}), (std::vector<int64_t>{6}));
+}

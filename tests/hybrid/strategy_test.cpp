@@ -475,6 +475,61 @@ TEST(HybridStrategy, EvaluationsWaitForVerifiedWeightsAndNeverRepeatAStep) {
         << run.logger.evals[i - 1].step;
 }
 
+TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
+  // Checkpoints written inside a predict phase after a due step, before the check that verifies
+  // it: the waiting evaluation is part of the run's state. Each resumed run must score the same
+  // steps with the same losses as the run that went on.
+  const int64_t every = 3, total = 201;  // the final evaluation lands on the grid too
+  struct Saved {
+    std::filesystem::path file;
+    int64_t step;
+    size_t evals_before;  // the first run's evaluations so far
+  };
+  std::vector<Saved> saved;
+  const auto dir = std::filesystem::temp_directory_path() / "ht_pending_eval_test";
+  std::filesystem::remove_all(dir);
+  const auto copies = dir.string() + "-copies";
+  std::filesystem::create_directories(copies);
+
+  auto a = make_mlp(total);
+  a->trainer->mutable_options().eval_every = every;
+  a->trainer->mutable_options().checkpoint.dir = dir.string();
+  a->trainer->mutable_options().checkpoint.every_steps = 1;
+  auto owned = std::make_unique<ht::HybridStrategy>(mean_options());
+  ht::HybridStrategy* sa = owned.get();
+  a->trainer->set_strategy(std::move(owned));
+  a->logger.on_checkpoint_written = [&](const std::string& path, int64_t step) {
+    const int64_t last_eval = a->logger.evals.empty() ? 0 : a->logger.evals.back().step;
+    const bool waiting = step / every > last_eval / every && !sa->at_verified_point();
+    if (!waiting || saved.size() == 8) return;
+    const auto copy = std::filesystem::path(copies) / ("at-" + std::to_string(saved.size()) + ".ht");
+    std::filesystem::copy_file(path, copy);
+    saved.push_back({copy, step, a->logger.evals.size()});
+  };
+  a->trainer->fit();
+  const auto& a_evals = a->logger.evals;
+
+  int64_t deferred = 0;  // saves whose evaluation ran later at a verified point, off the grid
+  for (const Saved& s : saved) {
+    auto b = make_mlp(total, 99);  // another init: everything must come from the checkpoint
+    b->trainer->mutable_options().eval_every = every;
+    b->trainer->set_strategy(std::make_unique<ht::HybridStrategy>(mean_options()));
+    b->trainer->load_checkpoint(s.file.string());
+    b->trainer->fit();
+    const auto& b_evals = b->logger.evals;
+    ASSERT_EQ(b_evals.size(), a_evals.size() - s.evals_before) << "saved at step " << s.step;
+    for (size_t i = 0; i < b_evals.size(); ++i) {
+      EXPECT_EQ(b_evals[i].step, a_evals[s.evals_before + i].step) << "saved at step " << s.step;
+      EXPECT_EQ(b_evals[i].val_loss, a_evals[s.evals_before + i].val_loss) << "saved at step " << s.step;
+    }
+    deferred += a_evals[s.evals_before].step % every != 0;
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(copies);
+  EXPECT_GT(deferred, 0) << saved.size() << " saves, none whose evaluation ran at a verified point "
+                            "after its due step: the test proves nothing";
+}
+
 TEST(HybridStrategy, ARunThatEndsInsideAPredictPhaseEndsOnVerifiedWeights) {
   // Runs of several lengths, so some end inside a predict phase, with a predictor that is always
   // wrong: the final step must be checked (and undone) rather than left unverified.

@@ -2,6 +2,7 @@
 // a quadratic bowl (known geometric SGD trajectory) and a noisy MLP regression (Adam, minibatches).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,11 +88,16 @@ struct Mlp : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 
-// Collects the trainer's messages and step records.
+// Collects the trainer's messages and step records; on_checkpoint_written, if set, sees each
+// checkpoint as it is written.
 struct RecordingLogger : ht::Logger {
   void on_step(const ht::StepRecord& r) override { steps.push_back(r); }
   void on_message(ht::Level, const std::string& m) override { messages.push_back(m); }
   void on_eval(const ht::EvalRecord& e) override { evals.push_back(e); }
+  void on_checkpoint(const std::string& path, int64_t step) override {
+    if (on_checkpoint_written) on_checkpoint_written(path, step);
+  }
+  std::function<void(const std::string&, int64_t)> on_checkpoint_written;
   std::vector<ht::StepRecord> steps;
   std::vector<ht::EvalRecord> evals;
   std::vector<std::string> messages;

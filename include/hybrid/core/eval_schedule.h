@@ -23,6 +23,11 @@ class EvalSchedule {
     return true;
   }
 
+  // The step a waiting evaluation fell due at (0 = none): a checkpoint written while the weights
+  // are unverified saves it, so that a run resumed from there still runs that evaluation.
+  int64_t due() const { return due_; }
+  void restore_due(int64_t step) { due_ = step; }
+
  private:
   int64_t every_;
   int64_t final_step_;

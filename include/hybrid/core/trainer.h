@@ -191,6 +191,7 @@ class Trainer {
   std::atomic<bool> stop_requested_{false};
   std::chrono::steady_clock::time_point last_checkpoint_time_;
   int64_t last_checkpoint_step_ = 0;
+  int64_t pending_eval_step_ = 0;  // an evaluation due but waiting for verified weights (fit)
   bool recompute_tried_ = false;  // the ladder's second rung is taken once per run
   std::string last_phase_;        // of the last full step, for MemoryPressureOptions::on_phase
   int64_t last_batch_rows_ = 0;   // rows of the last batch drawn: the ladder cannot split past it
