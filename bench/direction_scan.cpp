@@ -78,8 +78,10 @@ int main(int argc, char** argv) {
     for (const auto& t : tasks)
       if (!known_task(t)) throw std::invalid_argument("unknown task '" + t + "' in --tasks (use mlp, gpt, cnn)");
     for (const auto& p : predictors) {
-      ht::HybridOptions o;
+      ht::HybridOptions o;  // as the scan feeds each predictor: `record` steps per stretch
       o.predictor = p;
+      o.full_steps = record;
+      o.validate();
       ht::make_update_predictor(o);
     }
   } catch (const std::exception& e) {

@@ -76,7 +76,7 @@ const std::vector<KeySpec>& config_schema() {
       {"hybrid.predictor", T::String, H.predictor, {"mean", "regression", "drift", "last", "ema", "dmd", "rssm"}, "update predictor"},
       {"hybrid.drift_tstat", T::Float, num(H.drift_tstat), {}, "drift predictor: t-statistic a coordinate's slope needs to be continued"},
       {"hybrid.warmup_steps", T::Int, num(H.warmup_steps), {}, "plain steps before anything is recorded"},
-      {"hybrid.full_steps", T::Int, num(H.full_steps), {}, "recorded full steps per cycle"},
+      {"hybrid.full_steps", T::Int, num(H.full_steps), {}, "recorded full steps per cycle (>= 4 with predictor drift)"},
       {"hybrid.correct_steps", T::Int, num(H.correct_steps), {}, "real steps after a predict phase that measure its error"},
       {"hybrid.min_predict_steps", T::Int, num(H.min_predict_steps), {}, "first predict horizon (and a probe's)"},
       {"hybrid.max_predict_steps", T::Int, num(H.max_predict_steps), {}, "longest predict phase"},
