@@ -487,8 +487,9 @@ TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
   };
   std::vector<Saved> saved;
   const auto dir = std::filesystem::temp_directory_path() / "ht_pending_eval_test";
-  std::filesystem::remove_all(dir);
   const auto copies = dir.string() + "-copies";
+  std::filesystem::remove_all(dir);  // what a failed run may have left
+  std::filesystem::remove_all(copies);
   std::filesystem::create_directories(copies);
 
   auto a = make_mlp(total);
