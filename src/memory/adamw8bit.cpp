@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -23,13 +24,59 @@ constexpr int64_t kKind = 8;  // archive tag: ht::make_adamw writes 1, SGD 2
 // Two uniform [0, 1) numbers from one 64-bit counter (splitmix64's finaliser, 24 bits each): a
 // counter-based generator, so each element's draws depend only on (step, tensor, element), not
 // on threads or order.
-inline std::pair<float, float> uniform01_pair(uint64_t z) {
+inline uint64_t splitmix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  constexpr float k = 1.0f / 16777216.0f;
-  return {static_cast<float>(static_cast<uint32_t>(z >> 40)) * k,
-          static_cast<float>(static_cast<uint32_t>(z >> 16) & 0xFFFFFFu) * k};
+  return z ^ (z >> 31);
+}
+constexpr float kTwoToMinus24 = 1.0f / 16777216.0f;
+
+// u1[j], u2[j] for counters base + j, j < n.
+void uniform01_pairs(uint64_t base, int64_t n, float* u1, float* u2) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t z = splitmix64(base + static_cast<uint64_t>(j));
+    u1[j] = static_cast<float>(static_cast<uint32_t>(z >> 40)) * kTwoToMinus24;
+    u2[j] = static_cast<float>(static_cast<uint32_t>(z >> 16) & 0xFFFFFFu) * kTwoToMinus24;
+  }
+}
+
+struct BlockScalars {
+  float beta1, beta2, eps, decay, step_size, inv_sqrt_bc2;
+};
+
+// Bits of a float >= 0 as a signed integer: ordered as the floats are, so a maximum over them is
+// an integer maximum, which the compiler vectorises (a float one it may not, for NaN and -0).
+inline int32_t nonnegative_bits(float x) {
+  int32_t i;
+  std::memcpy(&i, &x, sizeof i);
+  return i;
+}
+
+// One block's AdamW update with fp32 moments: moves p, replaces m and v by their new values and
+// returns the largest |m| and v (the block's new absmax, to requantize with). Arrays that cannot
+// alias and scalars by value, so that the loops vectorise.
+std::pair<float, float> update_block(float* __restrict p, const float* __restrict g,
+                                     float* __restrict m, float* __restrict v, int64_t n,
+                                     BlockScalars k) {
+  const float b1 = k.beta1, b2 = k.beta2, eps = k.eps, decay = k.decay;
+  const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const float mj = b1 * m[j] + (1.0f - b1) * g[j];
+    const float vj = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+    p[j] = p[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+    m[j] = mj;
+    v[j] = vj;
+  }
+  int32_t m_max = 0, v_max = 0;  // bits of +0.0f
+  for (int64_t j = 0; j < n; ++j) {
+    m_max = std::max(m_max, nonnegative_bits(std::fabs(m[j])));
+    v_max = std::max(v_max, nonnegative_bits(v[j]));
+  }
+  float m_abs, v_abs;
+  std::memcpy(&m_abs, &m_max, sizeof m_abs);
+  std::memcpy(&v_abs, &v_max, sizeof v_abs);
+  return {m_abs, v_abs};
 }
 
 bool all_finite(const at::Tensor& g) {
@@ -132,8 +179,8 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
       (static_cast<uint64_t>(step_) * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(index) << 40);
   const DynamicCode& sc = DynamicCode::signed_code();
   const DynamicCode& uc = DynamicCode::unsigned_code();
-  const float b1 = static_cast<float>(opts_.beta1), b2 = static_cast<float>(opts_.beta2);
-  const float eps = static_cast<float>(opts_.eps);
+  const BlockScalars k{static_cast<float>(opts_.beta1), static_cast<float>(opts_.beta2),
+                      static_cast<float>(opts_.eps), decay, step_size, inv_sqrt_bc2};
   const int64_t n = p.numel(), bs = quant_.block_size, blocks = s.m_absmax.numel();
   float* pd = p.data_ptr<float>();
   const float* gd = g.data_ptr<float>();
@@ -143,43 +190,26 @@ void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float
   float* va = s.v_absmax.data_ptr<float>();
   // Blocks are independent, so the result does not depend on the thread count.
   at::parallel_for(0, blocks, std::max<int64_t>(1, 16384 / bs), [&](int64_t begin, int64_t end) {
-    std::vector<float> m_buf(bs), v_buf(bs);  // one block of moments in fp32
-    float* mb = m_buf.data();
-    float* vb = v_buf.data();
+    std::vector<float> buffers(4 * bs);  // one block of moments in fp32, and its random numbers
+    float* mb = buffers.data();
+    float* vb = mb + bs;
+    float* um = vb + bs;
+    float* uv = um + bs;
     for (int64_t b = begin; b < end; ++b) {
       const int64_t lo = b * bs, len = std::min(bs, n - lo);
-      const float m_scale = ma[b], v_scale = va[b];
-      for (int64_t j = 0; j < len; ++j) {  // table lookups: scalar
-        mb[j] = sc.value(mq[lo + j]) * m_scale;
-        vb[j] = uc.value(vq[lo + j]) * v_scale;
-      }
+      sc.dequantize(mq + lo, ma[b], mb, len);
+      uc.dequantize(vq + lo, va[b], vb, len);
       // The parameter moves with the exact fp32 moments; only their storage is 8-bit.
-      float m_max = 0.0f, v_max = 0.0f;
-      float* pb = pd + lo;
-      const float* gb = gd + lo;
-#pragma omp simd reduction(max : m_max, v_max)
-      for (int64_t j = 0; j < len; ++j) {
-        const float mj = b1 * mb[j] + (1.0f - b1) * gb[j];
-        const float vj = b2 * vb[j] + (1.0f - b2) * gb[j] * gb[j];
-        pb[j] = pb[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
-        mb[j] = mj;
-        vb[j] = vj;
-        m_max = std::max(m_max, std::fabs(mj));
-        v_max = std::max(v_max, vj);
-      }
+      const auto [m_max, v_max] = update_block(pd + lo, gd + lo, mb, vb, len, k);
       const float m_inv = m_max > 0.0f ? 1.0f / m_max : 0.0f;
       const float v_inv = v_max > 0.0f ? 1.0f / v_max : 0.0f;
       if (stochastic) {
-        for (int64_t j = 0; j < len; ++j) {
-          const auto [u_m, u_v] = uniform01_pair(key + static_cast<uint64_t>(lo + j));
-          mq[lo + j] = sc.quantize_stochastic(mb[j] * m_inv, u_m);
-          vq[lo + j] = uc.quantize_stochastic(vb[j] * v_inv, u_v);
-        }
+        uniform01_pairs(key + static_cast<uint64_t>(lo), len, um, uv);
+        sc.quantize_stochastic(mb, m_inv, um, mq + lo, len);
+        uc.quantize_stochastic(vb, v_inv, uv, vq + lo, len);
       } else {
-        for (int64_t j = 0; j < len; ++j) {
-          mq[lo + j] = sc.quantize(mb[j] * m_inv);
-          vq[lo + j] = uc.quantize(vb[j] * v_inv);
-        }
+        sc.quantize(mb, m_inv, mq + lo, len);
+        uc.quantize(vb, v_inv, vq + lo, len);
       }
       ma[b] = m_max;
       va[b] = v_max;

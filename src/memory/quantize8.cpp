@@ -1,5 +1,5 @@
-// Builds the dynamic 8-bit code tables and quantizes whole tensors block by block.
-// The optimizer inlines DynamicCode::quantize in its own fused loop; this file serves tests/tools.
+// Builds the dynamic 8-bit code tables, runs them over blocks of values (the optimizer's inner
+// loop) and quantizes whole tensors for tests and tools.
 #include "hybrid/memory/quantize8.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+
 
 namespace ht {
 namespace {
@@ -87,6 +88,19 @@ const DynamicCode& DynamicCode::unsigned_code() {
   return code;
 }
 
+void DynamicCode::dequantize(const uint8_t* codes, float scale, float* out, int64_t n) const {
+  for (int64_t j = 0; j < n; ++j) out[j] = value(codes[j]) * scale;
+}
+
+void DynamicCode::quantize(const float* x, float inv, uint8_t* out, int64_t n) const {
+  for (int64_t j = 0; j < n; ++j) out[j] = quantize(x[j] * inv);
+}
+
+void DynamicCode::quantize_stochastic(const float* x, float inv, const float* u, uint8_t* out,
+                                      int64_t n) const {
+  for (int64_t j = 0; j < n; ++j) out[j] = quantize_stochastic(x[j] * inv, u[j]);
+}
+
 uint8_t DynamicCode::quantize_by_search(float x) const {
   // Nearest index = number of midpoints <= x (midpoints_[255] is +inf, never counted).
   return static_cast<uint8_t>(std::upper_bound(midpoints_.begin(), midpoints_.begin() + 255, x) -
@@ -111,7 +125,7 @@ BlockQuantized quantize_blockwise(const at::Tensor& x_in, const DynamicCode& cod
       float absmax = 0.0f;
       for (int64_t j = lo; j < hi; ++j) absmax = std::max(absmax, std::fabs(xd[j]));
       const float inv = absmax > 0.0f ? 1.0f / absmax : 0.0f;
-      for (int64_t j = lo; j < hi; ++j) cd[j] = code.quantize(xd[j] * inv);
+      code.quantize(xd + lo, inv, cd + lo, hi - lo);
       ad[b] = absmax;
     }
   });

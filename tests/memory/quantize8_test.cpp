@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -80,6 +81,34 @@ TEST(DynamicCode, StochasticRoundingIsUnbiased) {
   }
   EXPECT_EQ(code.quantize_stochastic(1.0f, 0.999f), 255);
   EXPECT_EQ(code.quantize_stochastic(0.0f, 0.0f), code.zero_index());
+}
+
+TEST(DynamicCode, BlockFormsMatchTheOneValueForms) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-12.0f, 0.0f), uniform(0.0f, 1.0f);
+  const int64_t n = 4099;
+  std::vector<float> x(n), u(n), back(n);
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = std::pow(10.0f, exponent(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
+    u[j] = uniform(rng);
+  }
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = 1.0f, x[3] = -1.0f, x[4] = 1e-30f;
+  const float inv = 0.999f;  // a block's 1 / absmax
+  std::vector<uint8_t> nearest(n), stochastic(n);
+  for (bool is_signed : {true, false}) {
+    const auto& code = is_signed ? ht::DynamicCode::signed_code() : ht::DynamicCode::unsigned_code();
+    std::vector<float> xs = x;
+    if (!is_signed)
+      for (float& v : xs) v = std::fabs(v);
+    code.quantize(xs.data(), inv, nearest.data(), n);
+    code.quantize_stochastic(xs.data(), inv, u.data(), stochastic.data(), n);
+    code.dequantize(nearest.data(), 0.37f, back.data(), n);
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(nearest[j], code.quantize(xs[j] * inv)) << j;
+      ASSERT_EQ(stochastic[j], code.quantize_stochastic(xs[j] * inv, u[j])) << j;
+      ASSERT_EQ(back[j], code.value(nearest[j]) * 0.37f) << j;
+    }
+  }
 }
 
 // Largest gap between neighbouring code values at or above `from`.

@@ -28,7 +28,7 @@ struct AdamW8bitOptions {
   // v ends 7-10 % below an fp32 shadow after 100-200 steps, the steps are too large, and the
   // golden test's loss ends 3 % below fp32 AdamW's (like a 5 % larger lr). Stochastic rounding
   // picks the upper neighbour with probability proportional to the distance, so the stored
-  // moments are unbiased (v within 0.1 %, loss within 0.2 %), at ~1.6x the step time of Nearest.
+  // moments are unbiased (v within 0.1 %, loss within 0.2 %), at ~1.7x the step time of Nearest.
   // Its random numbers come from a hash of (step, tensor, element): identical for any thread
   // count and after save/load.
   enum class Rounding { Stochastic, Nearest };

@@ -44,6 +44,14 @@ class DynamicCode {
   // Reference: binary search over the sorted midpoints (used by tests).
   uint8_t quantize_by_search(float x) const;
 
+  // Block forms, for the optimizer's inner loop. out[j] = value(codes[j]) * scale.
+  void dequantize(const uint8_t* codes, float scale, float* out, int64_t n) const;
+  // out[j] = quantize(x[j] * inv); every x[j] * inv finite with magnitude <= 1.
+  void quantize(const float* x, float inv, uint8_t* out, int64_t n) const;
+  // out[j] = quantize_stochastic(x[j] * inv, u[j]).
+  void quantize_stochastic(const float* x, float inv, const float* u, uint8_t* out,
+                           int64_t n) const;
+
   // Stochastic rounding: one of the two code values bracketing x, the upper one with probability
   // (x - lower) / (upper - lower), so the expected stored value is x. u is uniform in [0, 1).
   // Same bucket scheme as quantize(), on the code values instead of the midpoints.
