@@ -81,8 +81,7 @@ int main(int argc, char** argv) {
       ht::HybridOptions o;  // as the scan feeds each predictor: `record` steps per stretch
       o.predictor = p;
       o.full_steps = record;
-      o.validate();
-      ht::make_update_predictor(o);
+      ht::make_update_predictor(o);  // validates the options
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "direction_scan: %s\n", e.what());
@@ -131,6 +130,7 @@ int main(int argc, char** argv) {
         for (const auto& p : predictors) {
           ht::HybridOptions ho;
           ho.predictor = p;
+          ho.full_steps = record;  // as checked up front
           watchers.push_back({ht::make_update_predictor(ho)});
         }
       };

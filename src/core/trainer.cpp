@@ -444,7 +444,8 @@ EvalRecord Trainer::evaluate_weights() {
 EvalRecord Trainer::fit() {
   EvalRecord last;
   EvalSchedule evals(options_.eval_every);
-  evals.restore_due(pending_eval_step_);  // from the checkpoint this run resumed from
+  // From the checkpoint this run resumed from, unless this run does not evaluate periodically.
+  if (options_.eval_every > 0) evals.restore_due(pending_eval_step_);
   while (step_ < options_.max_steps && !stop_requested_) {
     StepRecord rec = train_step();
     logger_->on_step(rec);

@@ -46,10 +46,11 @@ struct BlockScalars {
 
 // Bits of a float >= 0 as a signed integer: ordered as the floats are, so a maximum over them is
 // an integer maximum, which the compiler vectorises (a float one it may not, for NaN and -0).
+// NaN (only after the moments overflowed) counts as 0, as the sequential std::max skipped it.
 inline int32_t nonnegative_bits(float x) {
   int32_t i;
   std::memcpy(&i, &x, sizeof i);
-  return i;
+  return x == x ? i : 0;
 }
 
 // One block's AdamW update with fp32 moments: moves p, replaces m and v by their new values and

@@ -10,7 +10,6 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-
 namespace ht {
 namespace {
 

@@ -14,6 +14,8 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "hybrid/core/allocator.h"
 #include "hybrid/hybrid/strategy.h"
 #include "toy_problems.h"
@@ -486,7 +488,8 @@ TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
     size_t evals_before;  // the first run's evaluations so far
   };
   std::vector<Saved> saved;
-  const auto dir = std::filesystem::temp_directory_path() / "ht_pending_eval_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ht_pending_eval_test-" + std::to_string(::getpid()));  // concurrent runs apart
   const auto copies = dir.string() + "-copies";
   std::filesystem::remove_all(dir);  // what a failed run may have left
   std::filesystem::remove_all(copies);
