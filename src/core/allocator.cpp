@@ -12,6 +12,16 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
+
+// LibTorch 2.3 made Allocator::allocate non-const and added a pure virtual copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define HT_ALLOCATE_CONST
+#define HT_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define HT_ALLOCATE_CONST const
+#define HT_ALLOCATOR_HAS_COPY_DATA 0
+#endif
 
 namespace ht {
 namespace {
@@ -37,7 +47,7 @@ size_t size_class(size_t n) {
 
 class TrackingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) HT_ALLOCATE_CONST override {
     const size_t cls = size_class(n == 0 ? 1 : n);
     const int64_t budget = budget_.load();
     if (budget > 0 && current_.load() + static_cast<int64_t>(cls) > budget) throw_oom(cls, budget);
@@ -50,6 +60,11 @@ class TrackingAllocator final : public c10::Allocator {
     return {data, data, &TrackingAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &TrackingAllocator::deleter; }
+#if HT_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);  // host memory: a memcpy
+  }
+#endif
 
   static void deleter(void* ctx);
   void give_back(void* base);
@@ -123,7 +138,8 @@ class TrackingAllocator final : public c10::Allocator {
       if (budget > 0) std::snprintf(msg + n, sizeof msg - n, " and a budget of %.1f MiB", budget / kMiB);
       else std::snprintf(msg + n, sizeof msg - n, " (the system refused the memory)");
     }
-    throw c10::OutOfMemoryError(msg, "");
+    // {}: the empty backtrace, a std::string before LibTorch 2.4 and a null pointer since.
+    throw c10::OutOfMemoryError(msg, {});
   }
 
   void account(int64_t bytes) const {

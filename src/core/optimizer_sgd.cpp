@@ -38,7 +38,7 @@ class Sgd final : public Optimizer {
   }
   void zero_grad() override {
     for (auto& p : params_)
-      if (p.grad().defined()) p.mutable_grad().zero_();
+      if (p.grad().defined()) p.mutable_grad().detach_().zero_();
   }
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override { o_.lr = lr; }
@@ -83,7 +83,12 @@ class TorchOptimizer final : public Optimizer {
       for (const auto& p : group.params()) params_.push_back(p);
   }
   void step() override { opt_->step(); }
-  void zero_grad() override { opt_->zero_grad(); }
+  // In place, as LibTorch 1.13 does; 2.x's zero_grad() frees the gradients instead (set_to_none),
+  // which would change the memory figures and skip parameters without a gradient in Adam.
+  void zero_grad() override {
+    for (auto& p : params_)
+      if (p.grad().defined()) p.mutable_grad().detach_().zero_();
+  }
   double lr() const override { return opt_->param_groups().front().options().get_lr(); }
   void set_lr(double lr) override {
     for (auto& group : opt_->param_groups()) group.options().set_lr(lr);

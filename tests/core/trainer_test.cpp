@@ -153,7 +153,7 @@ class FailingOptimizer : public Optimizer {
   explicit FailingOptimizer(std::unique_ptr<Optimizer> inner) : inner_(std::move(inner)) {}
   void step() override {
     ++steps;
-    if (steps == 1) throw c10::OutOfMemoryError("out of memory inside the update (test)", "");
+    if (steps == 1) throw c10::OutOfMemoryError("out of memory inside the update (test)", {});
     inner_->step();
   }
   void zero_grad() override { inner_->zero_grad(); }
@@ -200,7 +200,7 @@ TEST(Trainer, OutOfMemoryInEvaluationWritesAResumableCheckpoint) {
     explicit EvalFails(Objective& i) : inner(i) {}
     torch::nn::Module& module() override { return inner.module(); }
     at::Tensor loss(const Batch& b) override { return inner.loss(b); }
-    EvalStats evaluate(const Batch&) override { throw c10::OutOfMemoryError("no room (test)", ""); }
+    EvalStats evaluate(const Batch&) override { throw c10::OutOfMemoryError("no room (test)", {}); }
   } failing(*run.objective);
   Trainer t(failing, *run.optimizer, run.data, o);
   try {

@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "data/scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "hybrid/data/fashion_mnist.h"
 
 namespace ht {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "hybrid/data/idx.h"
 
 namespace ht {

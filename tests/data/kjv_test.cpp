@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "hybrid/data/kjv.h"
 
 namespace ht {

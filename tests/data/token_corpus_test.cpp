@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "hybrid/data/byte_codec.h"
 #include "hybrid/data/token_corpus.h"
 

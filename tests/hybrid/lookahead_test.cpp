@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "hybrid/hybrid/strategy.h"
+#include "support/scratch_dir.h"
 #include "toy_problems.h"
 
 TEST(Lookahead, SyncsEveryKStepsToTheInterpolatedWeights) {
@@ -53,36 +54,37 @@ TEST(Lookahead, SnooMomentumSpeedsUpASmoothDescent) {
 }
 
 TEST(Lookahead, TrainsTheMlpAndResumesBitExactly) {
-  const auto path = std::filesystem::temp_directory_path() / "ht_lookahead_test.ht";
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("lookahead.ht");
   toy::MlpRun a(300);
   a.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.5));
   const double start = a.val_loss();
   for (int i = 0; i < 152; ++i) a.trainer->train_step();  // mid-way between two syncs
-  a.trainer->save_checkpoint(path.string());
+  a.trainer->save_checkpoint(path);
   for (int i = 152; i < 300; ++i) a.trainer->train_step();
   EXPECT_LT(a.val_loss(), 0.5 * start);
 
   toy::MlpRun b(300, 3e-3, 42);
   b.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.5));
-  b.trainer->load_checkpoint(path.string());
+  b.trainer->load_checkpoint(path);
   for (int i = 152; i < 300; ++i) b.trainer->train_step();
   EXPECT_TRUE(toy::all_equal(a.optimizer->parameters(), b.optimizer->parameters()));
-  std::filesystem::remove(path);
 }
 
 TEST(Lookahead, SnooResumesBitExactlyWithItsMomentum) {
-  const auto path = std::filesystem::temp_directory_path() / "ht_snoo_test.ht";
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("snoo.ht");
   toy::MlpRun a(200);
   a.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.7, 0.5));
   const double start = a.val_loss();
   for (int i = 0; i < 52; ++i) a.trainer->train_step();  // 10 syncs: the momentum buffer is live
-  a.trainer->save_checkpoint(path.string());
+  a.trainer->save_checkpoint(path);
   for (int i = 52; i < 200; ++i) a.trainer->train_step();
   EXPECT_LT(a.val_loss(), 0.5 * start);
 
   toy::MlpRun b(200, 3e-3, 42);
   b.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.7, 0.5));
-  b.trainer->load_checkpoint(path.string());
+  b.trainer->load_checkpoint(path);
   for (int i = 52; i < 200; ++i) b.trainer->train_step();
   EXPECT_TRUE(toy::all_equal(a.optimizer->parameters(), b.optimizer->parameters()));
 
@@ -90,10 +92,9 @@ TEST(Lookahead, SnooResumesBitExactlyWithItsMomentum) {
   toy::MlpRun c(200, 3e-3, 42);
   c.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.7));
   try {
-    c.trainer->load_checkpoint(path.string());
+    c.trainer->load_checkpoint(path);
     ADD_FAILURE() << "loading SNOO state into plain Lookahead did not throw";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("lookahead.momentum"), std::string::npos) << e.what();
   }
-  std::filesystem::remove(path);
 }

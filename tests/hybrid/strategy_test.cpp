@@ -18,6 +18,7 @@
 
 #include "hybrid/core/allocator.h"
 #include "hybrid/hybrid/strategy.h"
+#include "support/scratch_dir.h"
 #include "toy_problems.h"
 
 namespace {
@@ -350,7 +351,8 @@ namespace {
 // another init resumes from the checkpoint. Both must end bit-identical.
 template <typename Stop>
 void expect_bit_exact_resume(const ht::HybridOptions& o, int64_t total, Stop stop, const std::string& what) {
-  const auto path = std::filesystem::temp_directory_path() / "ht_hybrid_resume_test.ht";
+  const ht::testing::ScratchDir scratch;  // its own: ctest runs the resume tests side by side
+  const std::string path = scratch.file("resume.ht");
   auto a = make_mlp(total, 1);
   auto sa = std::make_unique<ht::HybridStrategy>(o);
   ht::HybridStrategy* ha = sa.get();
@@ -360,7 +362,7 @@ void expect_bit_exact_resume(const ht::HybridOptions& o, int64_t total, Stop sto
   while (a->trainer->step() < total) {
     a->trainer->train_step();
     if (stop(*ha, a->trainer->step())) {
-      a->trainer->save_checkpoint(path.string());
+      a->trainer->save_checkpoint(path);
       saved_at = a->trainer->step();
       phase_at_save = ha->controller().phase();
       break;
@@ -373,10 +375,9 @@ void expect_bit_exact_resume(const ht::HybridOptions& o, int64_t total, Stop sto
   auto sb = std::make_unique<ht::HybridStrategy>(o);
   ht::HybridStrategy* hb = sb.get();
   b->trainer->set_strategy(std::move(sb));
-  b->trainer->load_checkpoint(path.string());
+  b->trainer->load_checkpoint(path);
   EXPECT_EQ(hb->controller().phase(), phase_at_save) << what;
   run_steps(*b->trainer, total - saved_at);
-  std::filesystem::remove(path);
 
   EXPECT_TRUE(toy::all_equal(a->optimizer->parameters(), b->optimizer->parameters())) << what;
   EXPECT_EQ(ha->summary().predicted_applied, hb->summary().predicted_applied) << what;

@@ -9,7 +9,7 @@
 
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/safetensors.h"
-#include "temp_dir.h"
+#include "support/scratch_dir.h"
 
 namespace ht {
 namespace {
@@ -35,7 +35,7 @@ TEST(GPTReference, MatchesPyTorchLogitsLossAndGradients) {
   if (!std::filesystem::exists(script)) GTEST_SKIP() << "reference script not found: " << script;
   if (!python_has_torch()) GTEST_SKIP() << kPython << " cannot import torch (python3-torch)";
 
-  test::TempDir dir;
+  testing::ScratchDir dir;
   torch::manual_seed(3);
   GPTConfig c = gpt_preset("tiny");
   c.n_layer = 2;

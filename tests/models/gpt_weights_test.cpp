@@ -7,7 +7,7 @@
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/gpt_weights.h"
 #include "hybrid/models/safetensors.h"
-#include "temp_dir.h"
+#include "support/scratch_dir.h"
 
 namespace ht {
 namespace {
@@ -32,7 +32,7 @@ std::string load_error(GPT& model, const std::string& path) {
 }
 
 TEST(GPTWeights, SaveThenLoadGivesIdenticalLogits) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   torch::manual_seed(1);
   GPT a(config());
   torch::manual_seed(2);
@@ -52,7 +52,7 @@ TEST(GPTWeights, SaveThenLoadGivesIdenticalLogits) {
 }
 
 TEST(GPTWeights, LoadsHuggingFaceStyleNames) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   torch::manual_seed(1);
   GPT a(config());
   NamedTensors hf;
@@ -77,7 +77,7 @@ TEST(GPTWeights, LoadsHuggingFaceStyleNames) {
 }
 
 TEST(GPTWeights, WrongShapesFailNamingTheTensorAndLeaveTheModelAlone) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   torch::manual_seed(1);
   GPTConfig bigger = config();
   bigger.n_embd = 64;
@@ -95,7 +95,7 @@ TEST(GPTWeights, WrongShapesFailNamingTheTensorAndLeaveTheModelAlone) {
 }
 
 TEST(GPTWeights, MissingUnexpectedAndUntiedKeysAreReported) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   GPT model(config());
   NamedTensors tensors;
   for (const auto& p : model.named_parameters()) {

@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "hybrid/models/safetensors.h"
-#include "temp_dir.h"
+#include "support/scratch_dir.h"
 
 namespace ht {
 namespace {
@@ -43,7 +43,7 @@ std::string load_error(const std::string& path) {
 }
 
 TEST(Safetensors, RoundTripsEveryDtype) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   torch::manual_seed(0);
   const NamedTensors tensors = {
       {"f32", torch::randn({3, 4})},
@@ -79,7 +79,7 @@ TEST(Safetensors, RoundTripsEveryDtype) {
 }
 
 TEST(Safetensors, HalfPrecisionLoadsAsFloat32) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   const auto x = torch::randn({16, 5});
   const auto path = dir.file("half.safetensors");
   save_safetensors(path, {{"h", x.to(torch::kHalf)}, {"b", x.to(torch::kBFloat16)}});
@@ -93,7 +93,7 @@ TEST(Safetensors, HalfPrecisionLoadsAsFloat32) {
 
 TEST(Safetensors, ReadsAHandWrittenFile) {
   // Bytes laid out as the format's specification describes them, not by our writer.
-  test::TempDir dir;
+  testing::ScratchDir dir;
   const float a[2] = {1.5f, -2.0f};
   const int64_t b[1] = {42};
   std::string data(reinterpret_cast<const char*>(b), 8);
@@ -108,7 +108,7 @@ TEST(Safetensors, ReadsAHandWrittenFile) {
 }
 
 TEST(Safetensors, RejectsBrokenFilesNamingFileAndTensor) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   const auto path = dir.file("bad.safetensors");
   const std::string eight(8, 'x');
 
@@ -153,7 +153,7 @@ TEST(Safetensors, RejectsBrokenFilesNamingFileAndTensor) {
 }
 
 TEST(Safetensors, TruncatedFileFailsClearly) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   const auto path = dir.file("t.safetensors");
   save_safetensors(path, {{"a", torch::randn({100})}, {"b", torch::randn({100})}});
   auto bytes = read_bytes(path);
@@ -165,7 +165,7 @@ TEST(Safetensors, TruncatedFileFailsClearly) {
 }
 
 TEST(Safetensors, SaveRejectsWhatItCannotWrite) {
-  test::TempDir dir;
+  testing::ScratchDir dir;
   const auto path = dir.file("x.safetensors");
   EXPECT_THROW(save_safetensors(path, {{"a", torch::zeros({1})}, {"a", torch::zeros({1})}}),
                SafetensorsError);

@@ -5,9 +5,13 @@
 #include <functional>
 #include <memory>
 
-#include <torch/nn/module.h>
-
 #include "hybrid/core/data.h"
+
+// Declared, not included: <torch/nn/module.h> pulls in most of the C++ frontend, and every file
+// that includes the trainer would pay for it. Code that calls into a module includes it itself.
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
 
 namespace ht {
 

@@ -1,5 +1,5 @@
-// Test helpers for the data tests: a fresh temp directory per test and scoped environment overrides.
-// Header-only so the data test binary needs nothing beyond its own sources.
+// Test helpers: a fresh temp directory per use, apart per process (ctest runs tests side by side),
+// removed afterwards; and scoped environment overrides.
 #pragma once
 
 #include <unistd.h>
