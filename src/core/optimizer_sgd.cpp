@@ -10,6 +10,14 @@
 namespace ht {
 namespace {
 
+// Zeroes gradients in place, as LibTorch 1.13's zero_grad() does. 2.x's frees them instead
+// (set_to_none), which would change the memory figures and make Adam skip, for that step, any
+// parameter the next backward leaves without a gradient.
+void zero_grads_in_place(std::vector<at::Tensor>& params) {
+  for (auto& p : params)
+    if (p.grad().defined()) p.mutable_grad().detach_().zero_();
+}
+
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<at::Tensor> params, const SgdOptions& o) : params_(std::move(params)), o_(o) {
@@ -36,10 +44,7 @@ class Sgd final : public Optimizer {
     }
     started_ = true;
   }
-  void zero_grad() override {
-    for (auto& p : params_)
-      if (p.grad().defined()) p.mutable_grad().detach_().zero_();
-  }
+  void zero_grad() override { zero_grads_in_place(params_); }
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override { o_.lr = lr; }
   const std::vector<at::Tensor>& parameters() const override { return params_; }
@@ -83,12 +88,7 @@ class TorchOptimizer final : public Optimizer {
       for (const auto& p : group.params()) params_.push_back(p);
   }
   void step() override { opt_->step(); }
-  // In place, as LibTorch 1.13 does; 2.x's zero_grad() frees the gradients instead (set_to_none),
-  // which would change the memory figures and skip parameters without a gradient in Adam.
-  void zero_grad() override {
-    for (auto& p : params_)
-      if (p.grad().defined()) p.mutable_grad().detach_().zero_();
-  }
+  void zero_grad() override { zero_grads_in_place(params_); }  // not opt_->zero_grad(): see above
   double lr() const override { return opt_->param_groups().front().options().get_lr(); }
   void set_lr(double lr) override {
     for (auto& group : opt_->param_groups()) group.options().set_lr(lr);

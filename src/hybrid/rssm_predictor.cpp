@@ -255,9 +255,7 @@ class RssmPredictor : public UpdatePredictor {
       loss = loss + (model_->decode(h, z) - o).pow(2).sum() + (model_->decode(h, mp) - o).pow(2).sum() + kKlWeight * kl;
       o_prev = o;
     }
-    // In place, not opt_.zero_grad(): LibTorch 2.x's frees the gradients (1.13's zeroes them).
-    for (auto& p : model_->parameters())
-      if (p.grad().defined()) p.mutable_grad().detach_().zero_();
+    opt_.zero_grad();
     (loss / static_cast<double>(T * E_)).backward();
     opt_.step();
     ++updates_;
