@@ -22,7 +22,7 @@
 #include "hybrid/models/gpt_objective.h"
 #include "hybrid/models/gpt_weights.h"
 #include "hybrid/models/image_classifier.h"
-#include "hybrid/models/safetensors.h"
+#include "hybrid/core/safetensors.h"
 
 namespace ht::cli {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "hybrid/models/safetensors.h"
+#include "hybrid/core/safetensors.h"
 
 namespace ht {
 namespace {

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "hybrid/models/gpt.h"
-#include "hybrid/models/safetensors.h"
+#include "hybrid/core/safetensors.h"
 #include "support/scratch_dir.h"
 
 namespace ht {

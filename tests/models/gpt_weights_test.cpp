@@ -6,7 +6,7 @@
 
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/gpt_weights.h"
-#include "hybrid/models/safetensors.h"
+#include "hybrid/core/safetensors.h"
 #include "support/scratch_dir.h"
 
 namespace ht {

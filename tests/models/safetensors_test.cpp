@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "hybrid/models/safetensors.h"
+#include "hybrid/core/safetensors.h"
 #include "support/scratch_dir.h"
 
 namespace ht {

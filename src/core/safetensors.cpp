@@ -1,6 +1,6 @@
 // Hand-written safetensors reader/writer. The reader trusts nothing in the header: every offset,
 // shape and dtype is checked against the file before a byte of tensor data is read.
-#include "hybrid/models/safetensors.h"
+#include "hybrid/core/safetensors.h"
 
 #include <algorithm>
 #include <cstdint>
