@@ -1,6 +1,6 @@
 // Phase state machine and confidence calibration. Decisions use only what was measured: the
 // verifications' outcomes, prediction errors, and loss decrease per second of each mode.
-#include "hybrid/hybrid/controller.h"
+#include "hybrid/controller.h"
 
 #include <torch/torch.h>
 
@@ -21,16 +21,6 @@ constexpr double kRateEma = 0.5;
 double clamp01(double x) { return std::min(1.0, std::max(0.0, x)); }
 
 }  // namespace
-
-const char* phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::Warmup: return "warmup";
-    case Phase::Full: return "full";
-    case Phase::Predict: return "predict";
-    case Phase::Correct: return "correct";
-  }
-  return "?";
-}
 
 PhaseController::PhaseController(const HybridOptions& options)
     : opt_(options), horizon_(options.min_predict_steps), reprobe_interval_(options.reprobe_min) {

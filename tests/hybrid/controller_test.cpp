@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "hybrid/hybrid/controller.h"
+#include "hybrid/controller.h"
 #include "hybrid/hybrid/options.h"
 
 namespace {
