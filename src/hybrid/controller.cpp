@@ -146,10 +146,9 @@ void PhaseController::on_loss_error(double relative_error) {
   loss_err_ema_ += kErrorEma * (relative_error - loss_err_ema_);
 }
 
-void PhaseController::on_direction_error(double cosine, double relative_norm_error) {
+void PhaseController::on_direction_error(double cosine) {
   if (!std::isfinite(cosine)) cosine = -1.0;
   cos_ema_ += kErrorEma * (cosine - cos_ema_);
-  if (std::isfinite(relative_norm_error)) rel_err_ema_ += kErrorEma * (relative_norm_error - rel_err_ema_);
 }
 
 void PhaseController::on_rates(double predict_rate, double full_rate) {
@@ -178,7 +177,6 @@ void PhaseController::save(torch::serialize::OutputArchive& a) const {
   put(a, "ok", ok_);
   put(a, "bad", bad_);
   put(a, "cos_ema", cos_ema_);
-  put(a, "rel_err_ema", rel_err_ema_);
   put(a, "loss_err_ema", loss_err_ema_);
   put(a, "predictor_conf", predictor_conf_);
   put(a, "pred_rate_ema", pred_rate_ema_);
@@ -202,7 +200,6 @@ void PhaseController::load(torch::serialize::InputArchive& a) {
   ok_ = get_double(a, "ok");
   bad_ = get_double(a, "bad");
   cos_ema_ = get_double(a, "cos_ema");
-  rel_err_ema_ = get_double(a, "rel_err_ema");
   loss_err_ema_ = get_double(a, "loss_err_ema");
   predictor_conf_ = get_double(a, "predictor_conf");
   pred_rate_ema_ = get_double(a, "pred_rate_ema");

@@ -47,14 +47,12 @@ class PhaseController {
   // Calibration.
   void on_verification(bool accepted);
   void on_loss_error(double relative_error);
-  void on_direction_error(double cosine, double relative_norm_error);
+  void on_direction_error(double cosine);
   void set_predictor_confidence(double c) { predictor_conf_ = c; }
   // Loss decrease per second of the last predict phase and of the full stretch before it.
   void on_rates(double predict_rate, double full_rate);
 
   double acceptance() const;
-  double direction_cosine() const { return cos_ema_; }
-  double loss_error() const { return loss_err_ema_; }
   double predict_rate() const { return pred_rate_ema_; }
   double full_rate() const { return full_rate_ema_; }
   int64_t rate_samples() const { return rate_samples_; }
@@ -79,7 +77,6 @@ class PhaseController {
 
   double ok_ = 1.0, bad_ = 0.0;  // decayed verification counts
   double cos_ema_ = 0.5;
-  double rel_err_ema_ = 0.0;
   double loss_err_ema_ = 0.0;
   double predictor_conf_ = 1.0;
   double pred_rate_ema_ = 0.0, full_rate_ema_ = 0.0;

@@ -53,8 +53,6 @@ class DivergenceDetector {
   std::string check_oscillation() const;           // >= 4 alternating differences, growing
 
   double zscore(double loss) const;
-  double loss_mean() const { return real_.mean(); }
-  double loss_std() const { return real_.stddev(); }
   double grad_norm_ema() const { return grad_ema_; }
 
   void save(torch::serialize::OutputArchive& archive) const;

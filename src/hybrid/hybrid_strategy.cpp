@@ -227,7 +227,7 @@ void HybridEngine::measure_prediction_error(const std::vector<at::Tensor>& truth
     weight += w;
   }
   const double cos = cos_sum / weight, err = err_sum / weight;
-  ctl_.on_direction_error(cos, err);
+  ctl_.on_direction_error(cos);
   rec.extra["pred_cosine"] = cos;
   rec.extra["pred_rel_error"] = err;
   rec.extra["pred_steps_ahead"] = static_cast<double>(measure_ahead_);

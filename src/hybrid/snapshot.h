@@ -22,7 +22,6 @@ class WeightSnapshot {
   void capture(const std::vector<at::Tensor>& tensors);        // buffers := tensors
   void restore(const std::vector<at::Tensor>& tensors);        // tensors := buffers, in place
   bool valid() const { return valid_; }                        // captured at least once
-  void invalidate() { valid_ = false; }
 
   int64_t bytes() const { return bytes_; }                     // buffer size
   int64_t bytes_copied() const { return bytes_copied_; }       // capture + restore traffic
