@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -165,10 +166,15 @@ void Config::set_override(const std::string& assignment) {
 }
 
 Config Config::from_file(const std::string& path) {
+  // An ifstream opens a directory and reads nothing from it: the defaults would run unnoticed.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config file '" + path + "' is a directory; give a .toml file (presets are in configs/)");
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot open config file '" + path + "' (does it exist? presets are in configs/)");
   std::stringstream text;
   text << in.rdbuf();
+  if (in.bad()) throw ConfigError("reading config file '" + path + "' failed; is it a readable .toml file?");
   return from_string(text.str(), path);
 }
 
