@@ -35,18 +35,9 @@ void on_signal(int) {
 
 Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides,
                             const CheckpointSummary& summary) {
-  Config c = Config::from_string(summary.config_text, path + " (stored config)");
+  Config c = Config::from_stored(summary.config_text, path + " (stored config)");
   for (const auto& o : overrides) c.set_override(o);
   return c;
-}
-
-// The closing sample of `train` runs after hours of training: its keys are checked before.
-void check_sample_keys(const Config& c) {
-  if (c.get_string("sample.prompt").empty())
-    throw ConfigError("sample.prompt is empty: the sample needs at least one byte to start from");
-  if (c.get_int("sample.tokens") < 0) throw ConfigError("sample.tokens must be >= 0");
-  if (c.get_float("sample.temperature") < 0) throw ConfigError("sample.temperature must be >= 0 (0 = greedy)");
-  if (c.get_int("sample.top_k") < 0) throw ConfigError("sample.top_k must be >= 0 (0 = all tokens)");
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
@@ -70,7 +61,6 @@ int run_train(const std::vector<std::string>& args) {
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
   TrainerOptions options = trainer_options(c);  // config errors before any data is loaded
-  check_sample_keys(c);
   const auto saved = list_checkpoints(options.checkpoint.dir);
   const bool resuming = c.get_bool("checkpoint.resume") && !saved.empty();
   if (!c.get_bool("checkpoint.resume") && !saved.empty())
@@ -195,6 +185,7 @@ int run_config(const std::vector<std::string>& args, bool list_keys) {
   for (const auto& k : config_schema()) {
     std::string allowed;
     for (const auto& a : k.allowed) allowed += (allowed.empty() ? "" : "|") + a;
+    if (k.range.declared()) allowed = k.range.describe(k.type);
     std::printf("%-26s %-12s %s%s\n", k.key.c_str(), ("= " + k.default_value).c_str(), k.help.c_str(),
                 allowed.empty() ? "" : (" [" + allowed + "]").c_str());
   }

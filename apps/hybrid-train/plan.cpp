@@ -90,7 +90,6 @@ PlanInputs plan_inputs(const Config& c) {
   in.shape.grad_accum = c.get_int("optim.grad_accum");
   const int64_t threads = c.get_int("run.threads");
   in.shape.threads = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  if (in.shape.batch < 1) throw ConfigError("data.batch_size must be >= 1");
   in.levers.optimizer = optimizer_kind(c);
   // The phase with the least recompute sets the peak.
   const std::vector<std::string> phases =
@@ -107,11 +106,10 @@ PlanInputs plan_inputs(const Config& c) {
   in.levers.probe_batches = c.get_int("hybrid.probe_batches");
   in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
   in.levers.outer_momentum = c.get_float("lookahead.momentum") > 0.0;
-  if (in.levers.recompute_every < 1) throw ConfigError("memory.recompute_every must be >= 1");
   if (in.kind == "gpt") {
     in.gpt = gpt_config(c);
     in.shape.context = c.get_int("data.context");
-    if (in.shape.context < 1 || in.shape.context > in.gpt.block_size)
+    if (in.shape.context > in.gpt.block_size)  // each key's own range is the schema's
       throw ConfigError(fmt::format("data.context ({}) must lie in [1, block_size = {}]", in.shape.context, in.gpt.block_size));
   }
   return in;

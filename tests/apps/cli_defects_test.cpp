@@ -33,4 +33,24 @@ TEST(CliDefects, ADirectoryAsTheConfigFileIsAUsageError) {
   fs::remove_all(dir);
 }
 
+// Defect 7: nonsense numbers ran (negative intervals, threads, clip), wrapped around (keep_last
+// 4294967297 became 1) or overflowed (memory.budget 1e30 became "no budget").
+TEST(CliDefects, OutOfRangeNumbersAreUsageErrorsNamingTheKey) {
+  const std::string dir = cli_scratch("ranges");
+  for (const std::string bad :
+       {"checkpoint.every_steps=-3", "checkpoint.every_seconds=-1", "train.eval_every=-1", "optim.grad_clip=-1",
+        "run.threads=-1", "checkpoint.keep_last=4294967297", "memory.budget=1e30",
+        "train.steps=99999999999999999999"}) {
+    const CliResult r = run_cli("train " + bad + " run.out_dir=" + dir + " train.steps=1", 60);
+    const std::string key = bad.substr(0, bad.find('='));
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, key)) << bad << ": " << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir)) << "a run started";
+  const CliResult plan = run_cli("plan --budget 1e30", 60);
+  EXPECT_EQ(plan.code, 2) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "too large")) << plan.output;
+  fs::remove_all(dir);
+}
+
 }  // namespace ht
