@@ -61,7 +61,11 @@ int run_train(const std::vector<std::string>& args) {
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
   TrainerOptions options = trainer_options(c);  // config errors before any data is loaded
-  const auto saved = list_checkpoints(options.checkpoint.dir);
+  std::vector<SkippedCheckpoint> skipped;
+  const auto saved = list_checkpoints(options.checkpoint.dir, &skipped);
+  for (const auto& f : skipped)
+    std::fprintf(stderr, "warning: skipping '%s': %s; it is not a checkpoint this run can use (rename or move it)\n",
+                 f.path.c_str(), f.reason.c_str());
   const bool resuming = c.get_bool("checkpoint.resume") && !saved.empty();
   if (!c.get_bool("checkpoint.resume") && !saved.empty())
     throw ConfigError("checkpoint.resume = false, but '" + options.checkpoint.dir + "' holds " +

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -142,7 +143,7 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / name).string();
 }
 
-std::vector<std::string> list_checkpoints(const std::string& dir) {
+std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<SkippedCheckpoint>* skipped) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
@@ -150,7 +151,16 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1]), entry.path().string());
+    if (!std::regex_match(name, m, pattern)) continue;
+    // No exception for a step past int64 (std::stoll threw, and resume stopped on a stray file).
+    const std::string digits = m[1];
+    int64_t step = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (err != std::errc() || end != digits.data() + digits.size()) {
+      if (skipped) skipped->push_back({entry.path().string(), "its step number does not fit in 64 bits"});
+      continue;
+    }
+    found.emplace_back(step, entry.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> paths;

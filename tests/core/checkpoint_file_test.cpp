@@ -98,4 +98,18 @@ TEST_F(CheckpointFileTest, CreatesMissingDirectoriesAndLeavesNoTempFile) {
   EXPECT_FALSE(std::filesystem::exists(nested + ".tmp"));
 }
 
+// A stray name whose step is past int64 is reported, not thrown over, and pruning ignores it.
+TEST_F(CheckpointFileTest, NamesThatDoNotParseAreSkippedAndReported) {
+  write_checkpoint_file(checkpoint_path(dir_.string(), 7), "p");
+  const std::string odd = path("ckpt-99999999999999999999999.ht");
+  std::ofstream(odd) << "x";
+  std::vector<SkippedCheckpoint> skipped;
+  EXPECT_EQ(list_checkpoints(dir_.string(), &skipped), std::vector<std::string>{checkpoint_path(dir_.string(), 7)});
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].path, odd);
+  EXPECT_NE(skipped[0].reason.find("64 bits"), std::string::npos) << skipped[0].reason;
+  prune_checkpoints(dir_.string(), 1, checkpoint_path(dir_.string(), 7));
+  EXPECT_TRUE(fs::exists(odd));
+}
+
 }  // namespace ht
