@@ -277,7 +277,7 @@ Config Config::parse_toml(const std::string& toml_text, const std::string& path,
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
     where << e.source().begin;
-    throw ConfigError("cannot parse config '" + path + "': " + std::string(e.description()) + " at line " + where.str());
+    throw ConfigError("cannot parse config '" + path + "': " + std::string(e.description()) + " at " + where.str());  // "line N, column M"
   }
   Config c;
   for (auto&& [section, node] : table) {
