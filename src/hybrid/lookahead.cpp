@@ -86,6 +86,12 @@ void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
 }
 
 void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
+  // No k: the state is another strategy's (hybrid). Said in Lookahead's terms, with the fix.
+  c10::IValue saved_k;
+  if (!a.try_read("k", saved_k)) {
+    throw std::runtime_error("lookahead state: this checkpoint's step-strategy state is not Lookahead's "
+                             "(saved in hybrid mode?); resume with the run.mode it was saved in");
+  }
   if (archive_io::get_int(a, "k") != k_) {
     throw std::runtime_error("lookahead state was saved with a different k: resume with the same settings");
   }

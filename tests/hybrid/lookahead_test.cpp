@@ -98,3 +98,26 @@ TEST(Lookahead, SnooResumesBitExactlyWithItsMomentum) {
     EXPECT_NE(std::string(e.what()).find("lookahead.momentum"), std::string::npos) << e.what();
   }
 }
+
+// A hybrid checkpoint resumed in Lookahead mode: the error is Lookahead's own, and says what to do
+// (it called itself "hybrid state" before).
+TEST(Lookahead, AHybridCheckpointIsRefusedInLookaheadTerms) {
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("hybrid.ht");
+  toy::MlpRun a(20);
+  a.trainer->set_strategy(ht::make_hybrid_strategy(ht::HybridOptions{}));
+  for (int i = 0; i < 3; ++i) a.trainer->train_step();
+  a.trainer->save_checkpoint(path);
+
+  toy::MlpRun b(20, 3e-3, 42);
+  b.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.5));
+  try {
+    b.trainer->load_checkpoint(path);
+    ADD_FAILURE() << "a hybrid checkpoint loaded as Lookahead";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("hybrid state"), std::string::npos) << what;
+    EXPECT_NE(what.find("lookahead state"), std::string::npos) << what;
+    EXPECT_NE(what.find("run.mode"), std::string::npos) << what;
+  }
+}
