@@ -2,6 +2,8 @@
 // a Config (session.cpp), run them, and print what a person needs to read.
 #include "commands.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -26,10 +28,19 @@ namespace {
 
 std::atomic<Trainer*> g_running_trainer{nullptr};
 std::atomic<bool> g_interrupted{false};
+// Start-up (config, data, model, resume) trains nothing and writes nothing worth keeping, and can
+// take minutes on a large corpus: a signal there ends the process at once.
+std::atomic<bool> g_starting_up{false};
 
-// Asks the trainer to stop after the current step; fit() then evaluates and saves a checkpoint.
+// During training: asks the trainer to stop after the current step; fit() then evaluates and
+// saves a checkpoint. During start-up: exits 130 at once (only async-signal-safe calls).
 void on_signal(int) {
   g_interrupted = true;
+  if (g_starting_up.load()) {
+    static const char msg[] = "interrupted during start-up: nothing was trained\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(kInterrupted);
+  }
   if (Trainer* t = g_running_trainer.load()) t->request_stop();
 }
 
@@ -57,6 +68,11 @@ std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
 }  // namespace
 
 int run_train(const std::vector<std::string>& args) {
+  // Before the slow start-up, so SIGINT and SIGTERM give 130 wherever they land (SIGTERM's
+  // default action was exit status 143 until training began).
+  g_starting_up = true;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   const Config c = load_config(args);
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
@@ -100,8 +116,7 @@ int run_train(const std::vector<std::string>& args) {
   console->set_total_steps(options.max_steps, trainer.step());
 
   g_running_trainer = &trainer;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  g_starting_up = false;  // from here a signal stops training at the next step, with a checkpoint
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first_step = trainer.step();
   const EvalRecord final_eval = trainer.fit();

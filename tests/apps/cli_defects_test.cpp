@@ -1,9 +1,13 @@
 // The CLI against the reliability defects of issue 24: each test reproduces one defect through
 // the built binary (exit code and message), so a regression shows as the failure a user saw.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include "support/cli_run.h"
@@ -17,6 +21,15 @@ using testing::run_cli;
 namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Whether process `pid` has a handler installed for `sig` (the SigCgt mask in /proc).
+bool catches(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1u;
+  return false;
+}
 
 // A GPT small enough that a CLI run of a few steps takes under a second. One thread: with two
 // and another busy process on a 2-core machine, OpenMP waits turn that into ten seconds.
@@ -113,6 +126,35 @@ TEST(CliDefects, AFifoNamedLikeACheckpointIsNeverOpenedForReading) {
   EXPECT_TRUE(contains(t.output, "resumed from")) << t.output;
   EXPECT_TRUE(contains(t.output, fifo)) << t.output;  // the warning names it
   fs::remove_all(dir);
+}
+
+// Defect 10 (cosmetic): SIGTERM during start-up killed the process (exit 143) because the
+// handlers came after it. Start-up here waits on a FIFO as its config file, so the signal surely
+// lands inside it; SIGINT and SIGTERM must both end the run with 130, before anything trains.
+TEST(CliDefects, ASignalDuringStartUpExits130) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    const std::string dir = cli_scratch("startup-signal");
+    fs::create_directories(dir);
+    const std::string fifo = dir + "/config.toml";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+    testing::CliProcess p("train " + fifo + " run.out_dir=" + dir + "/out train.steps=2");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!catches(p.pid(), sig) && p.running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(p.pid(), sig);
+    // Let start-up go on, should the process still wait on the FIFO.
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) {
+      const std::string toml = "[train]\nsteps = 2\n";
+      EXPECT_EQ(::write(fd, toml.data(), toml.size()), static_cast<ssize_t>(toml.size()));
+      ::close(fd);
+    }
+    const CliResult r = p.wait(60);
+    EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << " after " << sig << ": " << r.output;
+    EXPECT_EQ(r.code, 130) << "signal " << sig << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir + "/out/checkpoints")) << "it trained after the signal";
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace ht
