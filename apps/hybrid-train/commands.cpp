@@ -53,6 +53,18 @@ Config config_of_checkpoint(const std::string& path, const std::vector<std::stri
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
+// Runs one stage of start-up; running out of memory there is reported with the stage and the
+// budget (exit 5), not as whatever error the stage would wrap it in.
+template <typename F>
+auto in_stage(const std::string& stage, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    throw OutOfMemoryError(stage + ": " + e.what_without_backtrace() + "; " + memory_budget_text() +
+                           ": raise it (0 = no budget), or lower data.batch_size or the model size");
+  }
+}
+
 std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
   const std::string prompt = o.prompt.empty() ? c.get_string("sample.prompt") : o.prompt;
   const at::Tensor encoded = encode_bytes(prompt);  // [len]
@@ -66,6 +78,12 @@ std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
 }
 
 }  // namespace
+
+std::string memory_budget_text() {
+  const int64_t budget = allocator_stats().budget_bytes;
+  if (budget <= 0) return "no memory.budget is set (the system refused the memory)";
+  return "memory.budget = " + (budget >= (1 << 20) ? mib(budget) : std::to_string(budget) + " B");
+}
 
 int run_train(const std::vector<std::string>& args) {
   // Before the slow start-up, so SIGINT and SIGTERM give 130 wherever they land (SIGTERM's
@@ -88,7 +106,8 @@ int run_train(const std::vector<std::string>& args) {
                       std::to_string(saved.size()) + " checkpoint(s) of an earlier run (newest '" +
                       saved.front() + "'); a fresh run there would mix with them. Move them away or "
                       "set run.out_dir to another directory");
-  Session s = build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming);
+  Session s = in_stage("loading the data and building the model",
+                       [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming); });
   set_recompute_hooks(s, c, options);
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
@@ -104,7 +123,8 @@ int run_train(const std::vector<std::string>& args) {
               s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(), threads,
               out_dir.c_str());
   if (resuming) {
-    const std::string from = trainer.resume_latest(options.checkpoint.dir);
+    const std::string from = in_stage("resuming from '" + options.checkpoint.dir + "'",
+                                      [&] { return trainer.resume_latest(options.checkpoint.dir); });
     if (from.empty())
       throw CheckpointError("no readable checkpoint in '" + options.checkpoint.dir +
                             "' (each one's problem is listed above); move them away, or set "
@@ -157,10 +177,11 @@ int run_eval(const std::string& checkpoint, const std::vector<std::string>& over
   const CheckpointSummary summary = inspect_checkpoint(checkpoint);
   const Config c = config_of_checkpoint(checkpoint, overrides, summary);
   set_threads(static_cast<int>(c.get_int("run.threads")));
-  Session s = build_session(c, /*with_data=*/true, /*load_init_from=*/false);
+  Session s = in_stage("loading the data and building the model",
+                       [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/false); });
   // Weights only (the average, if the run kept one): evaluation needs no optimizer state, and
   // the training data position need not fit data.* overrides such as another batch size.
-  load_checkpoint_weights(checkpoint, *s.module);
+  in_stage("loading '" + checkpoint + "'", [&] { load_checkpoint_weights(checkpoint, *s.module); });
   Trainer trainer(*s.objective, *s.optimizer, *s.data, trainer_options(c));
   const EvalRecord r = trainer.evaluate();
   std::printf("%s at step %lld: validation loss %.4f over %lld items", checkpoint.c_str(),

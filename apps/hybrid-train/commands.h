@@ -2,10 +2,20 @@
 // codes in main.cpp (see ExitCode).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace ht::cli {
+
+// Memory ran out outside the trainer's pressure ladder (loading data, building the model, loading
+// a checkpoint): exit 5 like the ladder's end, with memory.budget named; nothing needed saving.
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// The budget in force, for messages: "memory.budget = 65.0 MiB" or that there is none.
+std::string memory_budget_text();
 
 enum ExitCode : int {
   kOk = 0,
@@ -13,7 +23,8 @@ enum ExitCode : int {
   kBadUsage = 2,         // flags, config keys or values
   kDataUnavailable = 3,  // a data set or file that cannot be read
   kBadCheckpoint = 4,    // missing, truncated or incompatible checkpoint
-  kOutOfMemory = 5,      // memory ladder exhausted; an emergency checkpoint was written
+  kOutOfMemory = 5,      // memory ladder exhausted (an emergency checkpoint was written), or
+                         // out of memory before training (data, model, checkpoint loading)
   kPlanDoesNotFit = 6,   // plan: the config's estimated peak exceeds the budget
   kInterrupted = 130,    // SIGINT/SIGTERM: stopped cleanly after saving a checkpoint
 };

@@ -81,6 +81,13 @@ int main(int argc, char** argv) {
   } catch (const ht::OutOfMemoryExit& e) {
     std::fprintf(stderr, "out of memory: %s\n", e.what());
     return kOutOfMemory;
+  } catch (const OutOfMemoryError& e) {
+    std::fprintf(stderr, "out of memory while %s\n", e.what());
+    return kOutOfMemory;
+  } catch (const c10::OutOfMemoryError& e) {  // a stage no in_stage() names
+    std::fprintf(stderr, "out of memory: %s; %s: raise it (0 = no budget), or lower data.batch_size or the model size\n",
+                 e.what_without_backtrace(), memory_budget_text().c_str());
+    return kOutOfMemory;
   } catch (const ht::TrainingError& e) {
     std::fprintf(stderr, "training stopped: %s\n", e.what());
     return kTrainingFailed;

@@ -62,6 +62,8 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
     return src;
   } catch (const ConfigError&) {
     throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // a memory budget too small for the data set is no data error (exit 5, not 3)
   } catch (const std::exception& e) {
     throw DataError(e.what());
   }

@@ -157,4 +157,29 @@ TEST(CliDefects, ASignalDuringStartUpExits130) {
   }
 }
 
+// Defect 8: a memory budget too small for the data was reported as a data error (exit 3, "corrupt
+// file?"), and a rerun after exit 5 failed with exit 1 and a bare message while loading the
+// checkpoint. Out of memory is exit 5 naming memory.budget, wherever it happens.
+TEST(CliDefects, OutOfMemoryIsExit5NamingTheBudgetWhereverItHappens) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const std::string dir = cli_scratch("oom");
+  const std::string mlp = std::string(HT_SOURCE_DIR) + "/configs/mlp-fashion.toml run.threads=1 train.steps=3 run.out_dir=" + dir;
+  const CliResult data = run_cli("train " + mlp + " memory.budget=1B", 60);
+  EXPECT_EQ(data.code, 5) << data.output;
+  EXPECT_TRUE(contains(data.output, "memory.budget")) << data.output;
+  EXPECT_FALSE(contains(data.output, "data error")) << data.output;
+
+  // 65 MiB holds the data (about 64 MiB of tensors) but not a step: the ladder ends with an
+  // emergency checkpoint and exit 5; the rerun then runs out while loading that checkpoint.
+  const CliResult step = run_cli("train " + mlp + " memory.budget=65MiB", 60);
+  ASSERT_EQ(step.code, 5) << step.output;
+  ASSERT_TRUE(fs::exists(dir + "/checkpoints/ckpt-000000000.ht")) << step.output;
+  const CliResult rerun = run_cli("train " + mlp + " memory.budget=65MiB", 60);
+  EXPECT_EQ(rerun.code, 5) << rerun.output;
+  EXPECT_TRUE(contains(rerun.output, "memory.budget")) << rerun.output;
+  EXPECT_TRUE(contains(rerun.output, "65.0 MiB")) << rerun.output;
+  fs::remove_all(dir);
+}
+
 }  // namespace ht
