@@ -9,6 +9,7 @@
 #include "config.h"
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/metrics.h"
 #include "hybrid/core/trainer.h"
 #include "session.h"
 
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "out of memory: %s; %s: raise it (0 = no budget), or lower data.batch_size or the model size\n",
                  e.what_without_backtrace(), memory_budget_text().c_str());
     return kOutOfMemory;
+  } catch (const ht::MetricsWriteError& e) {
+    std::fprintf(stderr, "metrics error: %s. Checkpoints already written are intact: make room and run the "
+                 "same command again to resume\n", e.what());
+    return kTrainingFailed;
   } catch (const ht::TrainingError& e) {
     std::fprintf(stderr, "training stopped: %s\n", e.what());
     return kTrainingFailed;

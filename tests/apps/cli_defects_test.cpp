@@ -182,4 +182,18 @@ TEST(CliDefects, OutOfMemoryIsExit5NamingTheBudgetWhereverItHappens) {
   fs::remove_all(dir);
 }
 
+// Defect 9: on a full disk metrics.jsonl was cut mid-record while training went on with exit 0.
+// /dev/full stands in for the full disk: the run stops with an error naming the file.
+TEST(CliDefects, AMetricsWriteFailureStopsTheRunNamingTheFile) {
+  if (!testing::kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = cli_scratch("full-disk");
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/full", dir + "/metrics.jsonl");
+  const CliResult r = run_cli("train " + tiny_gpt(dir) + " train.steps=3", 60);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, dir + "/metrics.jsonl")) << r.output;
+  EXPECT_TRUE(contains(r.output, "No space left on device")) << r.output;
+  fs::remove_all(dir);
+}
+
 }  // namespace ht
