@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <regex>
+#include <thread>
 
 #include <zlib.h>
 
@@ -69,6 +72,18 @@ void create_directories_durably(const fs::path& dir) {
   fsync_dir(dir.parent_path());
 }
 
+// Test hook, compiled in on purpose: HT_TEST_CHECKPOINT_PAUSE_MS=<ms> sleeps that long halfway
+// through the payload and again before the rename, so a crash test can kill a process inside a
+// checkpoint write (tests/apps/crash_test.cpp). Unset (always, outside tests) it costs one getenv
+// per process.
+void test_pause() {
+  static const long ms = [] {
+    const char* v = std::getenv("HT_TEST_CHECKPOINT_PAUSE_MS");
+    return v ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 }  // namespace
 
 void write_checkpoint_file(const std::string& path, const std::string& payload) {
@@ -86,7 +101,10 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
     std::memcpy(header + 8, &size, 8);  // little-endian hosts only (x86-64, aarch64)
     std::memcpy(header + 16, &crc, 4);
     write_all(fd, header, kHeaderBytes, tmp);
-    write_all(fd, payload.data(), payload.size(), tmp);
+    const size_t half = payload.size() / 2;
+    write_all(fd, payload.data(), half, tmp);
+    test_pause();
+    write_all(fd, payload.data() + half, payload.size() - half, tmp);
     if (::fsync(fd) != 0)
       throw CheckpointError("fsync of '" + tmp + "' failed: " + std::strerror(errno));
   } catch (...) {
@@ -100,6 +118,7 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
     ::unlink(tmp.c_str());
     throw CheckpointError("closing '" + tmp + "' failed: " + why);
   }
+  test_pause();
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
