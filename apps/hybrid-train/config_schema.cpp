@@ -95,6 +95,7 @@ const std::vector<KeySpec>& config_schema() {
       {"hybrid.min_step_worth", T::Float, num(H.min_step_worth), {}, "holdout: a kept predicted step must lower the probe loss by this fraction of a real step's decrease", R::in(0, 16)},
       {"hybrid.max_step_scale", T::Float, num(H.max_step_scale), {}, "predicted-update multiplier at full confidence", R::in(1, 16)},
       {"hybrid.pay_check", T::Bool, H.pay_check ? "true" : "false", {}, "predict only while it lowers the loss faster per second"},
+      {"hybrid.pay_check_clock", T::String, H.pay_check_clock, {"seconds", "steps"}, "the pay check's rates per second (wall-clock: decisions depend on machine load) or per step (deterministic reruns)"},
       {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update", R::in(1, kSteps)},
       {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)", R::in(0, 1).open_lo()},
       {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO", R::in(0, 1).open_hi().means("0 = Lookahead, > 0 = SNOO")},

@@ -247,6 +247,7 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
   h.max_step_scale = c.get_float("hybrid.max_step_scale");
   h.drift_tstat = c.get_float("hybrid.drift_tstat");
   h.pay_check = c.get_bool("hybrid.pay_check");
+  h.pay_check_clock = c.get_string("hybrid.pay_check_clock");
   h.seed = static_cast<uint64_t>(c.get_int("run.seed"));
   try {
     h.validate();

@@ -65,6 +65,7 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "end_loss", end_loss_);
   put(a, "have_end_loss", have_end_loss_);
   put(a, "pending_pred_rate", pending_pred_rate_);
+  if (opt_.pay_check_clock != "seconds") put(a, "pay_check_clock", opt_.pay_check_clock);  // older files: seconds
 
   const HybridSummary& m = summary_;
   put(a, "s_steps", m.steps);
@@ -84,6 +85,13 @@ void HybridStrategy::load(torch::serialize::InputArchive& a) {
   if (name != predictor_->name()) {
     throw std::runtime_error("hybrid state was saved with predictor \"" + name + "\", this run uses \"" +
                              predictor_->name() + "\": resume with the same hybrid.predictor");
+  }
+  // A rate EMA in loss per second continued in loss per step (or back) would mix units.
+  c10::IValue clock;
+  const std::string saved_clock = a.try_read("pay_check_clock", clock) ? clock.toStringRef() : "seconds";
+  if (saved_clock != opt_.pay_check_clock) {
+    throw std::runtime_error("hybrid state was saved with hybrid.pay_check_clock = " + saved_clock + ", this run uses " +
+                             opt_.pay_check_clock + ": resume with the same setting");
   }
   if (get_int(a, "version") < 3) {
     throw std::runtime_error("hybrid state in this checkpoint is version " + std::to_string(get_int(a, "version")) +

@@ -49,6 +49,14 @@ HybridStrategy::HybridStrategy(HybridOptions options, std::unique_ptr<UpdatePred
   summary_.predictor = predictor_->name();
 }
 
+double HybridStrategy::step_cost(std::chrono::steady_clock::time_point t0) const {
+  return opt_.pay_check_clock == "steps" ? 1.0 : ms_since(t0);
+}
+
+double HybridStrategy::probe_cost(std::chrono::steady_clock::time_point t0) const {
+  return opt_.pay_check_clock == "steps" ? 0.0 : ms_since(t0);  // steps: a probe is no step
+}
+
 std::unique_ptr<StepStrategy> make_hybrid_strategy(const HybridOptions& options) {
   return std::make_unique<HybridStrategy>(options);
 }
@@ -337,7 +345,7 @@ void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_l
   if (std::isnan(final_probe_loss)) {
     const auto t0 = Clock::now();
     final_probe_loss = probe_loss(trainer, probe_);
-    phase_ms_ += ms_since(t0);
+    phase_ms_ += probe_cost(t0);
   }
   pending_pred_rate_ = phase_ms_ > 0.0 ? (entry_loss_ - final_probe_loss) / (phase_ms_ / 1000.0) : 0.0;
   end_loss_ = final_probe_loss;
@@ -466,7 +474,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   }
   rec.extra["verified"] = verify ? 1.0 : 0.0;
   if (!verify) {
-    phase_ms_ += ms_since(t0);
+    phase_ms_ += step_cost(t0);
     log_transition(trainer, ctl_.on_predicted_step());
     return false;
   }
@@ -486,7 +494,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     ctl_.on_verification(false);
     rec.extra["accepted"] = 0.0;
     rollback(trainer, why, rec);
-    phase_ms_ += ms_since(t0);
+    phase_ms_ += step_cost(t0);
     finish_predict_phase(trainer, opt_.verify == "holdout" ? ref_loss_ : NAN);
     log_transition(trainer, ctl_.on_rollback(ref_ahead_ - phase_start_ahead_));
     return true;
@@ -502,7 +510,7 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
     if (!last) snapshot_.capture(state_);
     ref_ahead_ = ahead_;
   }
-  phase_ms_ += ms_since(t0);
+  phase_ms_ += step_cost(t0);
   if (last) finish_predict_phase(trainer, opt_.verify == "holdout" ? actual : NAN);
   log_transition(trainer, ctl_.on_predicted_step());
   return false;
@@ -517,7 +525,7 @@ void HybridStrategy::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
   rec.phase = phase_name(Phase::Correct);
   log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
   if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
-  stretch_ms_ += ms_since(t0);
+  stretch_ms_ += step_cost(t0);
   ++stretch_steps_;
 }
 
@@ -557,7 +565,7 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
     }
     // The step's training is part of the stretch the decision's probe measures (its loss already
     // moved); the probe forward that ends the stretch is not.
-    stretch_ms_ += ms_since(t0);
+    stretch_ms_ += step_cost(t0);
     ++stretch_steps_;
     if (ctl_.decision_due(updates ? predictor_->ready() : record && stretch_n_ >= 2)) {
       if (!updates) end_stretch(trainer, rec);

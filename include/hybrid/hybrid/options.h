@@ -61,6 +61,10 @@ struct HybridOptions {
 
   // Never slower: predict only while it lowers the loss faster per second than full steps.
   bool pay_check = true;           // off makes the schedule independent of wall-clock (tests)
+  // What the pay check's rates are per: "seconds" (wall-clock: phase decisions then depend on the
+  // machine's load, so reruns can differ) or "steps" (loss decrease per step: deterministic, and
+  // stricter, since a predicted step costs less than a real one but must lower the loss as much).
+  std::string pay_check_clock = "seconds";
   double pay_margin = 1.0;         // predict phases must reach this fraction of the full rate
   int64_t reprobe_min = 32;        // full steps between probes when prediction does not pay
   int64_t reprobe_max = 512;       // the interval doubles after each failed probe up to this
