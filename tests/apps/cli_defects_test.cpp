@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <filesystem>
 #include <thread>
 #include <fstream>
 
+#include "hybrid-train/commands.h"
 #include "support/checkpoint_entries.h"
 #include "support/cli_run.h"
 
@@ -262,6 +264,20 @@ TEST(CliDefects, PayCheckOnStepsGivesIdenticalReruns) {
   EXPECT_GT(x["strategy/controller/rate_samples"].toInt(), 0) << "the pay check never compared rates";
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+// README's exit-code table lists exactly the codes the binary uses (commands.h).
+TEST(CliDefects, TheReadmeExitCodeTableListsEveryExitCode) {
+  std::ifstream readme(std::string(HT_SOURCE_DIR) + "/README.md");
+  std::string line;
+  std::vector<int> listed;
+  while (std::getline(readme, line)) {
+    int code = 0;
+    if (std::sscanf(line.c_str(), "| %d |", &code) == 1) listed.push_back(code);
+  }
+  using namespace cli;
+  EXPECT_EQ(listed, (std::vector<int>{kOk, kTrainingFailed, kBadUsage, kDataUnavailable, kBadCheckpoint, kOutOfMemory,
+                                      kPlanDoesNotFit, kInterrupted}));
 }
 
 }  // namespace ht
