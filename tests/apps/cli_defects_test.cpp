@@ -1,5 +1,5 @@
-// The CLI against the reliability defects of issue 24: each test reproduces one defect through
-// the built binary (exit code and message), so a regression shows as the failure a user saw.
+// The CLI against the defects of issue 24 (and its note on deterministic hybrid reruns): each test
+// runs the built binary the way the defect showed (exit code, message), so a regression reads as it.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,5 @@
-// Crash test: a real `hybrid-train train` run is killed with SIGKILL at seeded random moments,
-// half of them inside a checkpoint write, and rerun until it finishes. Its final checkpoint must
-// equal an uninterrupted run's entry by entry (every tensor bit for bit).
+// Crash test: a real `hybrid-train train` is SIGKILLed at seeded random moments (half inside a
+// checkpoint write) and rerun to the end; its final checkpoint equals a straight run's, bit for bit.
 #include <gtest/gtest.h>
 #include <signal.h>
 
