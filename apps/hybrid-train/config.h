@@ -63,7 +63,7 @@ class Config {
   Config();  // all defaults
   // Defaults overlaid with the file. Errors name the file, the key and what is allowed.
   static Config from_file(const std::string& path);
-  // Same, from TOML text (the config stored inside a checkpoint); `origin` names it in errors.
+  // Same, from TOML text; `origin` names it in errors.
   static Config from_string(const std::string& toml_text, const std::string& origin);
   // The config stored in a checkpoint: types are checked, ranges only when a value is read
   // (Config::get_*), so an override can still replace a value that is out of range today.
