@@ -2,6 +2,8 @@
 // a Config (session.cpp), run them, and print what a person needs to read.
 #include "commands.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -27,30 +29,89 @@ namespace {
 
 std::atomic<Trainer*> g_running_trainer{nullptr};
 std::atomic<bool> g_interrupted{false};
+// Start-up (config, data, model, resume) trains nothing and writes nothing worth keeping, and can
+// take minutes on a large corpus: a signal there ends the process at once.
+std::atomic<bool> g_starting_up{false};
 
-// Asks the trainer to stop after the current step; fit() then evaluates and saves a checkpoint.
+// During training: asks the trainer to stop after the current step; fit() then evaluates and
+// saves a checkpoint. During start-up: exits 130 at once (only async-signal-safe calls).
 void on_signal(int) {
   g_interrupted = true;
+  if (g_starting_up.load()) {
+    static const char msg[] = "interrupted during start-up: nothing was trained\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(kInterrupted);
+  }
   if (Trainer* t = g_running_trainer.load()) t->request_stop();
+}
+
+// The checkpoint's module must be the one `requested` builds: every key that changes it (kind,
+// and for a GPT the preset's shape with its model.* overrides) agrees, or CheckpointMismatch
+// names the key. Compared as resolved: model.n_layer = 4 on the tiny preset (4 layers) agrees
+// with 0, and model.attention (another kernel, the same weights) is free to differ.
+void check_same_model(const Config& stored, const Config& requested, const std::string& path) {
+  auto mismatch = [&](const std::string& key, const std::string& saved, const std::string& asked) {
+    std::string why = "checkpoint '" + path + "' holds a model with " + key + " = " + saved + ", this command asks for " +
+                      asked;
+    if (key != "model.preset" && stored.get_string("model.preset") != requested.get_string("model.preset"))
+      why += " (through model.preset = " + requested.get_string("model.preset") + ", stored " +
+             stored.get_string("model.preset") + ")";
+    return CheckpointMismatch(why + ". The architecture keys (model.kind, model.preset, model.n_layer, model.n_head, "
+                                   "model.n_embd, model.block_size, model.vocab_size) must match the checkpoint: "
+                                   "drop the override, or use an out_dir of its own for another model");
+  };
+  const std::string kind = stored.get_string("model.kind");
+  if (requested.get_string("model.kind") != kind) throw mismatch("model.kind", kind, requested.get_string("model.kind"));
+  if (kind != "gpt") return;  // the image classifiers have one shape each
+  const GPTConfig a = gpt_config(stored), b = gpt_config(requested);
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"model.n_layer", {a.n_layer, b.n_layer}},       {"model.n_head", {a.n_head, b.n_head}},
+      {"model.n_embd", {a.n_embd, b.n_embd}},          {"model.block_size", {a.block_size, b.block_size}},
+      {"model.vocab_size", {a.vocab_size, b.vocab_size}}};
+  for (const auto& [key, values] : fields)
+    if (values.first != values.second)
+      throw mismatch(key, std::to_string(values.first), std::to_string(values.second));
+  if (a.dropout != b.dropout || a.attention != b.attention)  // set by the preset alone today
+    throw mismatch("model.preset", stored.get_string("model.preset"), requested.get_string("model.preset"));
 }
 
 Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides,
                             const CheckpointSummary& summary) {
-  Config c = Config::from_string(summary.config_text, path + " (stored config)");
+  const Config stored = Config::from_stored(summary.config_text, path + " (stored config)");
+  Config c = stored;
   for (const auto& o : overrides) c.set_override(o);
+  check_same_model(stored, c, path);
   return c;
 }
 
-// The closing sample of `train` runs after hours of training: its keys are checked before.
-void check_sample_keys(const Config& c) {
-  if (c.get_string("sample.prompt").empty())
-    throw ConfigError("sample.prompt is empty: the sample needs at least one byte to start from");
-  if (c.get_int("sample.tokens") < 0) throw ConfigError("sample.tokens must be >= 0");
-  if (c.get_float("sample.temperature") < 0) throw ConfigError("sample.temperature must be >= 0 (0 = greedy)");
-  if (c.get_int("sample.top_k") < 0) throw ConfigError("sample.top_k must be >= 0 (0 = all tokens)");
+// Resuming: the newest checkpoint that reads back holds the model this config builds. Corrupt
+// ones are skipped here as resume_latest skips them (it reports them).
+void check_resumable_model(const Config& c, const std::vector<std::string>& saved) {
+  for (const auto& path : saved) {
+    CheckpointSummary summary;
+    try {
+      summary = inspect_checkpoint(path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    check_same_model(Config::from_stored(summary.config_text, path + " (stored config)"), c, path);
+    return;
+  }
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+// Runs one stage of start-up; running out of memory there is reported with the stage and the
+// budget (exit 5), not as whatever error the stage would wrap it in.
+template <typename F>
+auto in_stage(const std::string& stage, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    throw OutOfMemoryError(stage + ": " + e.what_without_backtrace() + "; " + memory_budget_text() +
+                           ": raise it (0 = no budget), or lower data.batch_size or the model size");
+  }
+}
 
 std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
   const std::string prompt = o.prompt.empty() ? c.get_string("sample.prompt") : o.prompt;
@@ -66,20 +127,36 @@ std::string sample_text(GPT& gpt, const Config& c, const SampleOptions& o) {
 
 }  // namespace
 
+std::string memory_budget_text() {
+  const int64_t budget = allocator_stats().budget_bytes;
+  if (budget <= 0) return "no memory.budget is set (the system refused the memory)";
+  return "memory.budget = " + (budget >= (1 << 20) ? mib(budget) : std::to_string(budget) + " B");
+}
+
 int run_train(const std::vector<std::string>& args) {
+  // Before the slow start-up, so SIGINT and SIGTERM give 130 wherever they land (SIGTERM's
+  // default action was exit status 143 until training began).
+  g_starting_up = true;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   const Config c = load_config(args);
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
   TrainerOptions options = trainer_options(c);  // config errors before any data is loaded
-  check_sample_keys(c);
-  const auto saved = list_checkpoints(options.checkpoint.dir);
+  std::vector<SkippedCheckpoint> skipped;
+  const auto saved = list_checkpoints(options.checkpoint.dir, &skipped);
+  for (const auto& f : skipped)
+    std::fprintf(stderr, "warning: skipping '%s': %s; it is not a checkpoint this run can use (rename or move it)\n",
+                 f.path.c_str(), f.reason.c_str());
   const bool resuming = c.get_bool("checkpoint.resume") && !saved.empty();
   if (!c.get_bool("checkpoint.resume") && !saved.empty())
     throw ConfigError("checkpoint.resume = false, but '" + options.checkpoint.dir + "' holds " +
                       std::to_string(saved.size()) + " checkpoint(s) of an earlier run (newest '" +
                       saved.front() + "'); a fresh run there would mix with them. Move them away or "
                       "set run.out_dir to another directory");
-  Session s = build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming);
+  if (resuming) check_resumable_model(c, saved);
+  Session s = in_stage("loading the data and building the model",
+                       [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming); });
   set_recompute_hooks(s, c, options);
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
@@ -95,7 +172,8 @@ int run_train(const std::vector<std::string>& args) {
               s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(), threads,
               out_dir.c_str());
   if (resuming) {
-    const std::string from = trainer.resume_latest(options.checkpoint.dir);
+    const std::string from = in_stage("resuming from '" + options.checkpoint.dir + "'",
+                                      [&] { return trainer.resume_latest(options.checkpoint.dir); });
     if (from.empty())
       throw CheckpointError("no readable checkpoint in '" + options.checkpoint.dir +
                             "' (each one's problem is listed above); move them away, or set "
@@ -107,8 +185,7 @@ int run_train(const std::vector<std::string>& args) {
   console->set_total_steps(options.max_steps, trainer.step());
 
   g_running_trainer = &trainer;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  g_starting_up = false;  // from here a signal stops training at the next step, with a checkpoint
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first_step = trainer.step();
   const EvalRecord final_eval = trainer.fit();
@@ -149,10 +226,11 @@ int run_eval(const std::string& checkpoint, const std::vector<std::string>& over
   const CheckpointSummary summary = inspect_checkpoint(checkpoint);
   const Config c = config_of_checkpoint(checkpoint, overrides, summary);
   set_threads(static_cast<int>(c.get_int("run.threads")));
-  Session s = build_session(c, /*with_data=*/true, /*load_init_from=*/false);
+  Session s = in_stage("loading the data and building the model",
+                       [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/false); });
   // Weights only (the average, if the run kept one): evaluation needs no optimizer state, and
   // the training data position need not fit data.* overrides such as another batch size.
-  load_checkpoint_weights(checkpoint, *s.module);
+  in_stage("loading '" + checkpoint + "'", [&] { load_checkpoint_weights(checkpoint, *s.module); });
   Trainer trainer(*s.objective, *s.optimizer, *s.data, trainer_options(c));
   const EvalRecord r = trainer.evaluate();
   std::printf("%s at step %lld: validation loss %.4f over %lld items", checkpoint.c_str(),
@@ -196,6 +274,7 @@ int run_config(const std::vector<std::string>& args, bool list_keys) {
   for (const auto& k : config_schema()) {
     std::string allowed;
     for (const auto& a : k.allowed) allowed += (allowed.empty() ? "" : "|") + a;
+    if (k.range.declared()) allowed = k.range.describe(k.type);
     std::printf("%-26s %-12s %s%s\n", k.key.c_str(), ("= " + k.default_value).c_str(), k.help.c_str(),
                 allowed.empty() ? "" : (" [" + allowed + "]").c_str());
   }

@@ -2,20 +2,31 @@
 // codes in main.cpp (see ExitCode).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace ht::cli {
 
+// Memory ran out outside the trainer's pressure ladder (loading data, building the model, loading
+// a checkpoint): exit 5 like the ladder's end, with memory.budget named; nothing needed saving.
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// The budget in force, for messages: "memory.budget = 65.0 MiB" or that there is none.
+std::string memory_budget_text();
+
 enum ExitCode : int {
   kOk = 0,
-  kTrainingFailed = 1,   // divergence (NaN/Inf) or another runtime failure
-  kBadUsage = 2,         // flags, config keys or values
+  kTrainingFailed = 1,   // divergence (NaN/Inf), a failed metrics write, or another runtime failure
+  kBadUsage = 2,         // flags, config keys, values of the wrong type or out of range
   kDataUnavailable = 3,  // a data set or file that cannot be read
-  kBadCheckpoint = 4,    // missing, truncated or incompatible checkpoint
-  kOutOfMemory = 5,      // memory ladder exhausted; an emergency checkpoint was written
+  kBadCheckpoint = 4,    // a checkpoint that cannot be read or written, or does not fit
+  kOutOfMemory = 5,      // memory ladder exhausted (an emergency checkpoint was written), or
+                         // out of memory before training (data, model, checkpoint loading)
   kPlanDoesNotFit = 6,   // plan: the config's estimated peak exceeds the budget
-  kInterrupted = 130,    // SIGINT/SIGTERM: stopped cleanly after saving a checkpoint
+  kInterrupted = 130,    // SIGINT/SIGTERM: stopped after saving a checkpoint (or in start-up)
 };
 
 struct SampleOptions {

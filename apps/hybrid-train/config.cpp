@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -33,14 +34,34 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-bool parse_int(const std::string& s, int64_t& out) {
+// Whole text as one int64. `overflow` tells a number too large for 64 bits from no number.
+bool parse_int(const std::string& s, int64_t& out, bool* overflow = nullptr) {
   try {
     size_t used = 0;
     out = std::stoll(s, &used);
     return used == s.size();
+  } catch (const std::out_of_range&) {
+    if (overflow) *overflow = true;
+    return false;
   } catch (...) {
     return false;
   }
+}
+
+// A bound as it is written in errors: integers without a fraction or exponent.
+std::string bound_text(double v, KeyType type) {
+  if (type == KeyType::Size && v >= 1024.0) {
+    static const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = -1;
+    while (u < 5 && std::fmod(v, 1024.0) == 0.0) {
+      v /= 1024.0;
+      ++u;
+    }
+    if (u >= 0) return fmt::format("{}{}", v, units[u]);
+  }
+  if (type != KeyType::Float && std::abs(v) < 9.0e15) return std::to_string(static_cast<int64_t>(v));
+  if (type != KeyType::Float && v >= 9.2e18) return "2^63-1";
+  return fmt::format("{}", v);
 }
 
 bool parse_float(const std::string& s, double& out) {
@@ -77,6 +98,22 @@ int64_t physical_ram_bytes() {
 
 }  // namespace
 
+bool Range::contains(double v) const {
+  if (special && v == *special) return true;
+  if (lo_open ? !(v > lo) : !(v >= lo)) return false;
+  if (hi_open ? !(v < hi) : !(v <= hi)) return false;
+  return true;
+}
+
+std::string Range::describe(KeyType type) const {
+  const std::string what = type == KeyType::Int ? "an integer" : type == KeyType::Size ? "a size in bytes" : "a number";
+  std::string out = what + " in " + (lo_open ? "(" : "[") + bound_text(lo, type) + ", " + bound_text(hi, type) +
+                    (hi_open ? ")" : "]");
+  if (special) out = bound_text(*special, type) + " or " + out;
+  if (!note.empty()) out += " (" + note + ")";
+  return out;
+}
+
 int64_t parse_size(const std::string& text) {
   std::string s;
   for (char c : text)
@@ -88,16 +125,22 @@ int64_t parse_size(const std::string& text) {
     throw ConfigError("'" + text + "' is not a size: use bytes, units like 8GiB / 512MB, or a fraction of RAM like 0.5");
   std::string unit = s.substr(i);
   std::transform(unit.begin(), unit.end(), unit.begin(), ::tolower);
+  // Converting a double past int64's range is undefined (1e30 came out as 0, "no budget").
+  auto bytes = [&](double b) {
+    if (!(b < 4.611686018427388e18))  // 2^62
+      throw ConfigError("size '" + text + "' is too large: at most 2^62 bytes (4 EiB)");
+    return static_cast<int64_t>(b);
+  };
   if (unit.empty()) {
-    if (number > 0 && number <= 1.0) return static_cast<int64_t>(number * physical_ram_bytes());
-    return static_cast<int64_t>(number);
+    if (number > 0 && number <= 1.0) return bytes(number * static_cast<double>(physical_ram_bytes()));
+    return bytes(number);
   }
   static const std::vector<std::pair<std::string, double>> units = {
       {"b", 1.0},           {"kb", 1e3},           {"mb", 1e6},           {"gb", 1e9},
       {"kib", 1024.0},      {"mib", 1048576.0},    {"gib", 1073741824.0}, {"k", 1024.0},
       {"m", 1048576.0},     {"g", 1073741824.0},   {"tib", 1099511627776.0}};
   for (const auto& u : units)
-    if (unit == u.first) return static_cast<int64_t>(number * u.second);
+    if (unit == u.first) return bytes(number * u.second);
   throw ConfigError("unknown size unit '" + unit + "' in '" + text + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
 }
 
@@ -123,6 +166,31 @@ const KeySpec& Config::spec(const std::string& key) const {
 }
 
 void Config::set(const std::string& key, const std::string& value, const std::string& origin) {
+  set_value(key, value, origin, /*check_range=*/true);
+}
+
+namespace {
+
+// The number a range applies to: the value itself, or a size's bytes.
+double ranged_number(const KeySpec& k, const std::string& canonical) {
+  switch (k.type) {
+    case KeyType::Int: return static_cast<double>(std::stoll(canonical));
+    case KeyType::Float: return std::stod(canonical);
+    case KeyType::Size: return static_cast<double>(parse_size(canonical));
+    default: return 0.0;
+  }
+}
+
+ConfigError out_of_range(const KeySpec& k, const std::string& value, const std::string& origin) {
+  // The range's note says what its edges mean; without one the key's help says what it is.
+  return ConfigError(origin + ": " + k.key + " = '" + value + "' is out of range: it must be " +
+                     k.range.describe(k.type) + (k.range.note.empty() ? " (" + k.help + ")" : ""));
+}
+
+}  // namespace
+
+void Config::set_value(const std::string& key, const std::string& value, const std::string& origin,
+                       bool check_range) {
   const KeySpec& k = spec(key);
   auto bad = [&](const std::string& why) {
     return ConfigError(origin + ": " + key + " = '" + value + "' " + why);
@@ -130,13 +198,16 @@ void Config::set(const std::string& key, const std::string& value, const std::st
   std::string canonical = value;
   int64_t i = 0;
   double f = 0;
+  bool overflow = false;
   switch (k.type) {
     case KeyType::Int:
-      if (!parse_int(value, i)) throw bad(std::string("is not ") + type_name(k.type));
+      if (!parse_int(value, i, &overflow))
+        throw bad(overflow ? "does not fit a 64-bit integer: it must be " + k.range.describe(k.type)
+                           : std::string("is not ") + type_name(k.type));
       canonical = std::to_string(i);
       break;
     case KeyType::Float:
-      if (!parse_float(value, f)) throw bad(std::string("is not ") + type_name(k.type));
+      if (!parse_float(value, f)) throw bad(std::string("is not ") + type_name(k.type) + " (a finite one)");
       canonical = fmt::format("{}", f);  // shortest text that reads back as the same double
       break;
     case KeyType::Bool:
@@ -146,15 +217,29 @@ void Config::set(const std::string& key, const std::string& value, const std::st
       try {
         parse_size(value);
       } catch (const ConfigError& e) {
-        throw bad(std::string("is not ") + type_name(k.type));
+        throw bad(std::string("is not ") + type_name(k.type) + ": " + e.what());
       }
       break;
     case KeyType::String:
+      if (k.non_empty && value.empty()) throw bad("must not be empty (" + k.help + ")");
       break;
   }
   if (!k.allowed.empty() && std::find(k.allowed.begin(), k.allowed.end(), value) == k.allowed.end())
     throw bad("is not allowed (allowed: " + join(k.allowed) + ")");
+  const bool ranged = k.type == KeyType::Int || k.type == KeyType::Float || k.type == KeyType::Size;
+  unchecked_.erase(key);
+  if (ranged && !k.range.contains(ranged_number(k, canonical))) {
+    if (check_range) throw out_of_range(k, value, origin);
+    unchecked_[key] = origin;  // read later only through check_range_on_read
+  }
   values_[key] = canonical;
+}
+
+void Config::check_range_on_read(const KeySpec& k) const {
+  const auto it = unchecked_.find(k.key);
+  if (it == unchecked_.end()) return;
+  throw ConfigError(std::string(out_of_range(k, values_.at(k.key), it->second).what()) +
+                    "; override it on the command line, e.g. " + k.key + "=" + k.default_value);
 }
 
 void Config::set_override(const std::string& assignment) {
@@ -165,21 +250,34 @@ void Config::set_override(const std::string& assignment) {
 }
 
 Config Config::from_file(const std::string& path) {
+  // An ifstream opens a directory and reads nothing from it: the defaults would run unnoticed.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config file '" + path + "' is a directory; give a .toml file (presets are in configs/)");
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot open config file '" + path + "' (does it exist? presets are in configs/)");
   std::stringstream text;
   text << in.rdbuf();
+  if (in.bad()) throw ConfigError("reading config file '" + path + "' failed; is it a readable .toml file?");
   return from_string(text.str(), path);
 }
 
 Config Config::from_string(const std::string& toml_text, const std::string& path) {
+  return parse_toml(toml_text, path, /*check_ranges=*/true);
+}
+
+Config Config::from_stored(const std::string& toml_text, const std::string& path) {
+  return parse_toml(toml_text, path, /*check_ranges=*/false);
+}
+
+Config Config::parse_toml(const std::string& toml_text, const std::string& path, bool check_ranges) {
   toml::table table;
   try {
     table = toml::parse(toml_text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
     where << e.source().begin;
-    throw ConfigError("cannot parse config '" + path + "': " + std::string(e.description()) + " at line " + where.str());
+    throw ConfigError("cannot parse config '" + path + "': " + std::string(e.description()) + " at " + where.str());  // "line N, column M"
   }
   Config c;
   for (auto&& [section, node] : table) {
@@ -195,17 +293,29 @@ Config Config::from_string(const std::string& toml_text, const std::string& path
       else if (auto n = value.value_exact<int64_t>()) text = std::to_string(*n);
       else if (auto d = value.value_exact<double>()) text = fmt::format("{}", *d);
       else throw ConfigError(path + ": " + key + " must be a string, number or boolean");
-      c.set(key, text, path);
+      c.set_value(key, text, path, check_ranges);
     }
   }
   return c;
 }
 
-int64_t Config::get_int(const std::string& key) const { return std::stoll(values_.at(spec(key).key)); }
-double Config::get_float(const std::string& key) const { return std::stod(values_.at(spec(key).key)); }
+int64_t Config::get_int(const std::string& key) const {
+  const KeySpec& k = spec(key);
+  check_range_on_read(k);
+  return std::stoll(values_.at(k.key));
+}
+double Config::get_float(const std::string& key) const {
+  const KeySpec& k = spec(key);
+  check_range_on_read(k);
+  return std::stod(values_.at(k.key));
+}
 bool Config::get_bool(const std::string& key) const { return values_.at(spec(key).key) == "true"; }
 const std::string& Config::get_string(const std::string& key) const { return values_.at(spec(key).key); }
-int64_t Config::get_bytes(const std::string& key) const { return parse_size(values_.at(spec(key).key)); }
+int64_t Config::get_bytes(const std::string& key) const {
+  const KeySpec& k = spec(key);
+  check_range_on_read(k);
+  return parse_size(values_.at(k.key));
+}
 bool Config::is_default(const std::string& key) const {
   return values_.at(spec(key).key) == Config().values_.at(key);
 }

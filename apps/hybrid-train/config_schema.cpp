@@ -2,9 +2,12 @@
 // Defaults train the tiny GPT on the KJV Bible; presets in configs/ change what they need.
 #include "config.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "hybrid/hybrid/options.h"
+#include "hybrid/hybrid/predictor_registry.h"
 
 namespace ht::cli {
 namespace {
@@ -12,90 +15,122 @@ template <typename T>
 std::string num(T value) { return fmt::format("{}", value); }
 }  // namespace
 
+// Upper ends that only stop overflow and typos: no run here comes near them.
+constexpr double kMillion = 1e6;
+constexpr double kHuge = 1e9;
+constexpr double kSteps = 1e12;
+constexpr double kInt64Max = 9223372036854775807.0;  // rounds to 2^63: every int64 fits
+constexpr double kMaxBytes = 1152921504606846976.0;  // 2^60 bytes, 1 EiB
+
+namespace {
+
+// hybrid.predictor's values and each predictor's own keys (hybrid.<option>), from the registry:
+// a new predictor brings its keys to the CLI, `config --keys` and the range checks by itself.
+std::vector<KeySpec> predictor_keys() {
+  std::vector<std::string> names;
+  for (const auto& spec : predictor_registry()) names.push_back(spec.name);
+  std::vector<KeySpec> keys = {{"hybrid.predictor", KeyType::String, HybridOptions{}.predictor, names, "update predictor"}};
+  for (const auto& spec : predictor_registry())
+    for (const auto& o : spec.options)
+      keys.push_back({"hybrid." + o.key, o.integer ? KeyType::Int : KeyType::Float,
+                      o.integer ? num(static_cast<int64_t>(o.default_value)) : num(o.default_value), {}, o.help,
+                      Range::in(o.min, o.max)});
+  return keys;
+}
+
+}  // namespace
+
 const std::vector<KeySpec>& config_schema() {
   using T = KeyType;
+  using R = Range;
   static const HybridOptions H;
-  static const std::vector<KeySpec> schema = {
-      {"run.out_dir", T::String, "runs/default", {}, "directory for metrics.jsonl and checkpoints/"},
-      {"run.seed", T::Int, "1337", {}, "seed for initialisation and data order"},
-      {"run.threads", T::Int, "0", {}, "intra-op threads; 0 = all cores"},
+  static const std::vector<KeySpec> schema = [] {
+  std::vector<KeySpec> keys = {
+      {"run.out_dir", T::String, "runs/default", {}, "directory for metrics.jsonl and checkpoints/", {}, /*non_empty=*/true},
+      {"run.seed", T::Int, "1337", {}, "seed for initialisation and data order", R::in(0, kInt64Max)},
+      {"run.threads", T::Int, "0", {}, "intra-op threads; 0 = all cores", R::in(0, 1024).means("0 = all cores")},
       {"run.mode", T::String, "plain", {"plain", "hybrid", "lookahead"}, "training mode"},
-      {"run.log_every", T::Int, "10", {}, "print every n-th step when output is not a terminal"},
+      {"run.log_every", T::Int, "10", {}, "print every n-th step when output is not a terminal", R::in(1, kHuge)},
 
       {"data.dataset", T::String, "kjv", {"kjv", "fashion-mnist", "text", "tokens"}, "training data"},
       {"data.path", T::String, "", {}, "file for dataset = text (UTF-8 bytes) or tokens (uint16 ids)"},
-      {"data.fashion_mnist_dir", T::String, "/usr/share/datasets/fashion-mnist", {}, "IDX .gz files"},
-      {"data.batch_size", T::Int, "16", {}, "sequences or images per batch"},
-      {"data.context", T::Int, "128", {}, "tokens per training sequence (text data)"},
-      {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation"},
-      {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all"},
+      {"data.fashion_mnist_dir", T::String, "/usr/share/datasets/fashion-mnist", {}, "IDX .gz files", {}, /*non_empty=*/true},
+      {"data.batch_size", T::Int, "16", {}, "sequences or images per batch", R::in(1, kMillion)},
+      {"data.context", T::Int, "128", {}, "tokens per training sequence (text data)", R::in(1, kMillion)},
+      {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation", R::in(0, 1).open_lo().open_hi().means("0 would leave nothing to evaluate on")},
+      {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all", R::in(1, kHuge).or_value(-1, "-1 = all")},
 
       {"model.kind", T::String, "gpt", {"gpt", "mlp", "cnn"}, "architecture"},
       {"model.preset", T::String, "tiny", {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}, "GPT size"},
-      {"model.n_layer", T::Int, "0", {}, "override the preset's layers (0 = preset)"},
-      {"model.n_head", T::Int, "0", {}, "override the preset's heads (0 = preset)"},
-      {"model.n_embd", T::Int, "0", {}, "override the preset's width (0 = preset)"},
-      {"model.block_size", T::Int, "0", {}, "override the preset's context (0 = preset)"},
-      {"model.vocab_size", T::Int, "0", {}, "override the vocabulary (0 = preset, 256 for byte data)"},
+      {"model.n_layer", T::Int, "0", {}, "override the preset's layers (0 = preset)", R::in(0, 1024).means("0 = preset")},
+      {"model.n_head", T::Int, "0", {}, "override the preset's heads (0 = preset)", R::in(0, 1024).means("0 = preset")},
+      {"model.n_embd", T::Int, "0", {}, "override the preset's width (0 = preset)", R::in(0, 1 << 16).means("0 = preset")},
+      {"model.block_size", T::Int, "0", {}, "override the preset's context (0 = preset)", R::in(0, kMillion).means("0 = preset")},
+      {"model.vocab_size", T::Int, "0", {}, "override the vocabulary (0 = preset, 256 for byte data)", R::in(0, 1 << 24).means("0 = preset")},
       {"model.init_from", T::String, "", {}, "GPT-2 safetensors file to start from"},
       {"model.attention", T::String, "naive", {"naive", "flash"}, "attention kernel"},
 
       {"optim.name", T::String, "adamw", {"adamw", "sgd", "adamw8bit"}, "optimizer"},
-      {"optim.lr", T::Float, "0.003", {}, "peak learning rate"},
-      {"optim.weight_decay", T::Float, "0.1", {}, "decoupled weight decay (matrices only)"},
-      {"optim.beta1", T::Float, "0.9", {}, "Adam beta1"},
-      {"optim.beta2", T::Float, "0.95", {}, "Adam beta2"},
-      {"optim.eps", T::Float, "1e-8", {}, "Adam epsilon"},
-      {"optim.momentum", T::Float, "0.9", {}, "SGD momentum"},
-      {"optim.grad_clip", T::Float, "1.0", {}, "max global gradient norm; 0 = off"},
-      {"optim.grad_accum", T::Int, "1", {}, "batches per optimizer step"},
+      {"optim.lr", T::Float, "0.003", {}, "peak learning rate", R::in(0, 10)},
+      {"optim.weight_decay", T::Float, "0.1", {}, "decoupled weight decay (matrices only)", R::in(0, 10)},
+      {"optim.beta1", T::Float, "0.9", {}, "Adam beta1", R::in(0, 1).open_hi()},
+      {"optim.beta2", T::Float, "0.95", {}, "Adam beta2", R::in(0, 1).open_hi()},
+      {"optim.eps", T::Float, "1e-8", {}, "Adam epsilon", R::in(0, 1).open_lo()},
+      {"optim.momentum", T::Float, "0.9", {}, "SGD momentum", R::in(0, 1).open_hi()},
+      {"optim.grad_clip", T::Float, "1.0", {}, "max global gradient norm; 0 = off", R::in(0, 1e9).means("0 = off")},
+      {"optim.grad_accum", T::Int, "1", {}, "batches per optimizer step", R::in(1, kMillion)},
 
       {"schedule.kind", T::String, "cosine", {"cosine", "constant"}, "learning-rate schedule"},
-      {"schedule.warmup_steps", T::Int, "100", {}, "linear warmup steps"},
-      {"schedule.min_lr_ratio", T::Float, "0.1", {}, "cosine floor as a fraction of optim.lr"},
+      {"schedule.warmup_steps", T::Int, "100", {}, "linear warmup steps", R::in(0, kSteps)},
+      {"schedule.min_lr_ratio", T::Float, "0.1", {}, "cosine floor as a fraction of optim.lr", R::in(0, 1)},
 
-      {"train.steps", T::Int, "2000", {}, "optimizer steps in total"},
-      {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end"},
-      {"train.average_decay", T::Float, "0", {}, "exponential weight average that evaluations, checkpoints and sample use (e.g. 0.97); 0 = off"},
+      {"train.steps", T::Int, "2000", {}, "optimizer steps in total", R::in(1, kSteps)},
+      {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end", R::in(0, kSteps).means("0 = only at the end")},
+      {"train.average_decay", T::Float, "0", {}, "exponential weight average that evaluations, checkpoints and sample use (e.g. 0.97); 0 = off", R::in(0, 1).open_hi().means("0 = off")},
 
-      {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off"},
-      {"checkpoint.every_seconds", T::Float, "300", {}, "save every n seconds; 0 = off"},
-      {"checkpoint.keep_last", T::Int, "3", {}, "checkpoints kept in out_dir/checkpoints"},
+      {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off", R::in(0, kSteps).means("0 = off")},
+      {"checkpoint.every_seconds", T::Float, "300", {}, "save every n seconds; 0 = off", R::in(0, 1e9).means("0 = off")},
+      {"checkpoint.keep_last", T::Int, "3", {}, "checkpoints kept in out_dir/checkpoints", R::in(1, kMillion)},
       {"checkpoint.resume", T::Bool, "true", {}, "continue from the newest good checkpoint in out_dir; false: start over (out_dir must hold no checkpoints)"},
 
-      {"memory.budget", T::Size, "0", {}, "tensor memory budget: bytes, 8GiB, or a fraction of RAM; 0 = none"},
-      {"memory.warn_fraction", T::Float, "0.85", {}, "warn above this share of the budget"},
-      {"memory.critical_fraction", T::Float, "0.95", {}, "act above this share of the budget"},
+      {"memory.budget", T::Size, "0", {}, "tensor memory budget: bytes, 8GiB, or a fraction of RAM; 0 = none", R::in(0, kMaxBytes).means("0 = none")},
+      {"memory.warn_fraction", T::Float, "0.85", {}, "warn above this share of the budget", R::in(0, 1).open_lo()},
+      {"memory.critical_fraction", T::Float, "0.95", {}, "act above this share of the budget", R::in(0, 1).open_lo()},
       {"memory.recompute", T::String, "none", {"none", "selective", "full"}, "activation recompute"},
-      {"memory.recompute_every", T::Int, "1", {}, "full recompute: every n-th block"},
+      {"memory.recompute_every", T::Int, "1", {}, "full recompute: every n-th block", R::in(1, 1024)},
       {"memory.recompute_warmup", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in hybrid warmup steps (inherit: memory.recompute)"},
       {"memory.recompute_full", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in full steps (plain training's only phase)"},
       {"memory.recompute_correct", T::String, "inherit", {"inherit", "none", "selective", "full"}, "recompute in hybrid correct steps; predicted steps run no backward"},
 
       // Hybrid defaults come from HybridOptions so the CLI and the library never drift apart.
-      {"hybrid.predictor", T::String, H.predictor, {"mean", "regression", "drift", "last", "ema", "dmd", "rssm"}, "update predictor"},
-      {"hybrid.drift_tstat", T::Float, num(H.drift_tstat), {}, "drift predictor: t-statistic a coordinate's slope needs to be continued"},
-      {"hybrid.warmup_steps", T::Int, num(H.warmup_steps), {}, "plain steps before anything is recorded"},
-      {"hybrid.full_steps", T::Int, num(H.full_steps), {}, "recorded full steps per cycle (>= 4 with predictor drift)"},
-      {"hybrid.correct_steps", T::Int, num(H.correct_steps), {}, "real steps after a predict phase that measure its error"},
-      {"hybrid.min_predict_steps", T::Int, num(H.min_predict_steps), {}, "first predict horizon (and a probe's)"},
-      {"hybrid.max_predict_steps", T::Int, num(H.max_predict_steps), {}, "longest predict phase"},
-      {"hybrid.verify", T::String, H.verify, {"batch", "holdout"}, "what a predicted step is verified on"},
-      {"hybrid.verify_every", T::Int, num(H.verify_every), {}, "holdout verification every n predicted steps"},
-      {"hybrid.probe_batches", T::Int, num(H.probe_batches), {}, "training batches held out as the verification probe"},
-      {"hybrid.tolerance", T::Float, num(H.tolerance), {}, "accepted loss rise relative to the last verified loss"},
-      {"hybrid.min_step_worth", T::Float, num(H.min_step_worth), {}, "holdout: a kept predicted step must lower the probe loss by this fraction of a real step's decrease"},
-      {"hybrid.max_step_scale", T::Float, num(H.max_step_scale), {}, "predicted-update multiplier at full confidence"},
+      {"hybrid.warmup_steps", T::Int, num(H.warmup_steps), {}, "plain steps before anything is recorded", R::in(0, kSteps)},
+      {"hybrid.full_steps", T::Int, num(H.full_steps), {}, "recorded full steps per cycle (>= 4 with predictor drift)", R::in(1, kSteps)},
+      {"hybrid.correct_steps", T::Int, num(H.correct_steps), {}, "real steps after a predict phase that measure its error", R::in(1, kSteps)},
+      {"hybrid.min_predict_steps", T::Int, num(H.min_predict_steps), {}, "first predict horizon (and a probe's)", R::in(1, kSteps)},
+      {"hybrid.max_predict_steps", T::Int, num(H.max_predict_steps), {}, "longest predict phase", R::in(1, kSteps)},
+      {"hybrid.verify", T::String, to_string(H.verify), {"batch", "holdout"}, "what a predicted step is verified on"},
+      {"hybrid.verify_every", T::Int, num(H.verify_every), {}, "holdout verification every n predicted steps", R::in(1, kSteps)},
+      {"hybrid.probe_batches", T::Int, num(H.probe_batches), {}, "training batches held out as the verification probe", R::in(1, kMillion)},
+      {"hybrid.tolerance", T::Float, num(H.tolerance), {}, "accepted loss rise relative to the last verified loss", R::in(0, 1)},
+      {"hybrid.min_step_worth", T::Float, num(H.min_step_worth), {}, "holdout: a kept predicted step must lower the probe loss by this fraction of a real step's decrease", R::in(0, 16)},
+      {"hybrid.max_step_scale", T::Float, num(H.max_step_scale), {}, "predicted-update multiplier at full confidence", R::in(1, 16)},
       {"hybrid.pay_check", T::Bool, H.pay_check ? "true" : "false", {}, "predict only while it lowers the loss faster per second"},
-      {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update"},
-      {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)"},
-      {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO"},
+      {"hybrid.pay_check_clock", T::String, to_string(H.pay_check_clock), {"seconds", "steps"}, "the pay check's rates per second (wall-clock: decisions depend on machine load) or per step (deterministic reruns)"},
+      {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update", R::in(1, kSteps)},
+      {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)", R::in(0, 1).open_lo()},
+      {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO", R::in(0, 1).open_hi().means("0 = Lookahead, > 0 = SNOO")},
 
-      {"sample.prompt", T::String, "And God said", {}, "prompt for `sample` and the end of `train`"},
-      {"sample.tokens", T::Int, "200", {}, "tokens to generate"},
-      {"sample.temperature", T::Float, "0.8", {}, "sampling temperature; 0 = greedy"},
-      {"sample.top_k", T::Int, "40", {}, "sample among the k most likely tokens; 0 = all"},
+      {"sample.prompt", T::String, "And God said", {}, "prompt for `sample` and the end of `train`", {}, /*non_empty=*/true},
+      {"sample.tokens", T::Int, "200", {}, "tokens to generate", R::in(0, kMillion)},
+      {"sample.temperature", T::Float, "0.8", {}, "sampling temperature; 0 = greedy", R::in(0, 100).means("0 = greedy")},
+      {"sample.top_k", T::Int, "40", {}, "sample among the k most likely tokens; 0 = all", R::in(0, kMillion).means("0 = all tokens")},
   };
+  // The predictors' keys go where hybrid.* begins.
+  const auto at = std::find_if(keys.begin(), keys.end(), [](const KeySpec& k) { return k.key.rfind("hybrid.", 0) == 0; });
+  const std::vector<KeySpec> predictors = predictor_keys();
+  keys.insert(at, predictors.begin(), predictors.end());
+  return keys;
+  }();
   return schema;
 }
 

@@ -9,10 +9,24 @@
 #include "config.h"
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/metrics.h"
 #include "hybrid/core/trainer.h"
 #include "session.h"
 
 using namespace ht::cli;
+
+namespace {
+
+// The library names the checkpoint part that does not fit; the CLI names its setting for it.
+std::string mismatch_hint(const std::string& part) {
+  if (part == "strategy") return " (set run.mode to the mode it was written in)";
+  if (part == "optimizer") return " (set optim.name and its options to those it was written with)";
+  if (part == "average") return " (set train.average_decay as it was written with)";
+  if (part == "model") return " (the model.* keys must be those it was written with)";
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ht::install_tracking_allocator();  // before any tensor exists, so every byte is counted
@@ -75,12 +89,26 @@ int main(int argc, char** argv) {
   } catch (const DataError& e) {
     std::fprintf(stderr, "data error: %s\n", e.what());
     return kDataUnavailable;
+  } catch (const ht::CheckpointMismatch& e) {
+    std::fprintf(stderr, "checkpoint error: %s%s\n", e.what(), mismatch_hint(e.part).c_str());
+    return kBadCheckpoint;
   } catch (const ht::CheckpointError& e) {
     std::fprintf(stderr, "checkpoint error: %s\n", e.what());
     return kBadCheckpoint;
   } catch (const ht::OutOfMemoryExit& e) {
     std::fprintf(stderr, "out of memory: %s\n", e.what());
     return kOutOfMemory;
+  } catch (const OutOfMemoryError& e) {
+    std::fprintf(stderr, "out of memory while %s\n", e.what());
+    return kOutOfMemory;
+  } catch (const c10::OutOfMemoryError& e) {  // a stage no in_stage() names
+    std::fprintf(stderr, "out of memory: %s; %s: raise it (0 = no budget), or lower data.batch_size or the model size\n",
+                 e.what_without_backtrace(), memory_budget_text().c_str());
+    return kOutOfMemory;
+  } catch (const ht::MetricsWriteError& e) {
+    std::fprintf(stderr, "metrics error: %s. Checkpoints already written are intact: make room and run the "
+                 "same command again to resume\n", e.what());
+    return kTrainingFailed;
   } catch (const ht::TrainingError& e) {
     std::fprintf(stderr, "training stopped: %s\n", e.what());
     return kTrainingFailed;

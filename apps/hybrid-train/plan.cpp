@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "hybrid/hybrid/options.h"
+#include "hybrid/hybrid/predictor_registry.h"
 #include "session.h"
 
 namespace ht::cli {
@@ -90,7 +91,6 @@ PlanInputs plan_inputs(const Config& c) {
   in.shape.grad_accum = c.get_int("optim.grad_accum");
   const int64_t threads = c.get_int("run.threads");
   in.shape.threads = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  if (in.shape.batch < 1) throw ConfigError("data.batch_size must be >= 1");
   in.levers.optimizer = optimizer_kind(c);
   // The phase with the least recompute sets the peak.
   const std::vector<std::string> phases =
@@ -102,16 +102,17 @@ PlanInputs plan_inputs(const Config& c) {
   in.levers.recompute_every = c.get_int("memory.recompute_every");
   in.levers.attention = c.get_string("model.attention") == "flash" ? AttentionKind::Flash : AttentionKind::Naive;
   in.levers.mode = train_mode(c.get_string("run.mode"));
-  in.levers.predictor = c.get_string("hybrid.predictor");
-  in.levers.dmd_history = HybridOptions{}.dmd_history;
+  if (in.levers.mode == TrainMode::Hybrid) {
+    const HybridOptions h = hybrid_options(c);
+    in.levers.hybrid_state_bytes = [h](const std::vector<int64_t>& numels) { return hybrid_state_bytes(numels, h); };
+  }
   in.levers.probe_batches = c.get_int("hybrid.probe_batches");
   in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
   in.levers.outer_momentum = c.get_float("lookahead.momentum") > 0.0;
-  if (in.levers.recompute_every < 1) throw ConfigError("memory.recompute_every must be >= 1");
   if (in.kind == "gpt") {
     in.gpt = gpt_config(c);
     in.shape.context = c.get_int("data.context");
-    if (in.shape.context < 1 || in.shape.context > in.gpt.block_size)
+    if (in.shape.context > in.gpt.block_size)  // each key's own range is the schema's
       throw ConfigError(fmt::format("data.context ({}) must lie in [1, block_size = {}]", in.shape.context, in.gpt.block_size));
   }
   return in;

@@ -2,6 +2,7 @@
 // trainer_options() only, so what a key does is visible in one file.
 #include "session.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "hybrid/kernels/optimizers.h"
 #include "hybrid/data/fashion_mnist.h"
 #include "hybrid/hybrid/lookahead.h"
+#include "hybrid/hybrid/predictor_registry.h"
 #include "hybrid/hybrid/strategy.h"
 #include "hybrid/kernels/adamw8bit.h"
 #include "hybrid/kernels/attention.h"
@@ -34,14 +36,7 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   const std::string dataset = c.get_string("data.dataset");
   const int64_t batch = c.get_int("data.batch_size");
   const auto seed = static_cast<uint64_t>(c.get_int("run.seed"));
-  const int64_t val_batches = std::max<int64_t>(0, c.get_int("data.val_batches"));
-  if (batch < 1) throw ConfigError("data.batch_size must be >= 1");
-  if (is_text_data(dataset)) {
-    if (c.get_int("data.context") < 1) throw ConfigError("data.context must be >= 1 (tokens per sequence)");
-    const double val_fraction = c.get_float("data.val_fraction");
-    if (!(val_fraction >= 0 && val_fraction < 1))
-      throw ConfigError("data.val_fraction must lie in [0, 1): the share of the corpus held out, e.g. 0.1");
-  }
+  const int64_t val_batches = std::max<int64_t>(0, c.get_int("data.val_batches"));  // -1 (all): 0
   try {
     if (dataset == "fashion-mnist") {
       FashionMnistSplit split;
@@ -69,6 +64,8 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
     return src;
   } catch (const ConfigError&) {
     throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // a memory budget too small for the data set is no data error (exit 5, not 3)
   } catch (const std::exception& e) {
     throw DataError(e.what());
   }
@@ -76,21 +73,25 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
 
 std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tensor> params) {
   const std::string name = c.get_string("optim.name");
-  if (name == "sgd") {
-    SgdOptions o;
+  try {
+    if (name == "sgd") {
+      SgdOptions o;
+      o.lr = c.get_float("optim.lr");
+      o.momentum = c.get_float("optim.momentum");
+      o.weight_decay = c.get_float("optim.weight_decay");
+      return make_sgd(std::move(params), o);
+    }
+    AdamWOptions o;
     o.lr = c.get_float("optim.lr");
-    o.momentum = c.get_float("optim.momentum");
+    o.beta1 = c.get_float("optim.beta1");
+    o.beta2 = c.get_float("optim.beta2");
+    o.eps = c.get_float("optim.eps");
     o.weight_decay = c.get_float("optim.weight_decay");
-    return make_sgd(std::move(params), o);
+    if (name == "adamw8bit") return make_adamw8bit(std::move(params), o);
+    return make_adamw(std::move(params), o);
+  } catch (const std::invalid_argument& e) {
+    throw config_error(e);
   }
-  AdamWOptions o;
-  o.lr = c.get_float("optim.lr");
-  o.beta1 = c.get_float("optim.beta1");
-  o.beta2 = c.get_float("optim.beta2");
-  o.eps = c.get_float("optim.eps");
-  o.weight_decay = c.get_float("optim.weight_decay");
-  if (name == "adamw8bit") return make_adamw8bit(std::move(params), o);
-  return make_adamw(std::move(params), o);
 }
 
 // The GPT attention seam with the tiled FlashAttention kernel: qkv [B, T, 3C] -> y [B, T, C].
@@ -109,9 +110,7 @@ AttentionCore flash_attention_core() {
 GPTConfig gpt_config(const Config& c) {
   GPTConfig g = gpt_preset(c.get_string("model.preset"));
   auto override_if_set = [&](const char* key, int64_t& field) {
-    const int64_t v = c.get_int(key);
-    if (v < 0) throw ConfigError(std::string(key) + " must be >= 0 (0 keeps the preset's value)");
-    if (v > 0) field = v;
+    if (const int64_t v = c.get_int(key); v > 0) field = v;  // 0 keeps the preset's value
   };
   override_if_set("model.n_layer", g.n_layer);
   override_if_set("model.n_head", g.n_head);
@@ -228,17 +227,7 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   return s;
 }
 
-std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
-  const std::string mode = c.get_string("run.mode");
-  if (mode == "lookahead") {
-    const int64_t k = c.get_int("lookahead.k");
-    const double alpha = c.get_float("lookahead.alpha");
-    const double momentum = c.get_float("lookahead.momentum");
-    if (k < 1 || !(alpha > 0 && alpha <= 1)) throw ConfigError("lookahead needs k >= 1 and 0 < alpha <= 1");
-    if (!(momentum >= 0 && momentum < 1)) throw ConfigError("lookahead.momentum must be in [0, 1)");
-    return make_lookahead_strategy(k, alpha, momentum);
-  }
-  if (mode != "hybrid") return nullptr;
+HybridOptions hybrid_options(const Config& c) {
   HybridOptions h;
   h.predictor = c.get_string("hybrid.predictor");
   h.warmup_steps = c.get_int("hybrid.warmup_steps");
@@ -246,21 +235,45 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
   h.correct_steps = c.get_int("hybrid.correct_steps");
   h.min_predict_steps = c.get_int("hybrid.min_predict_steps");
   h.max_predict_steps = c.get_int("hybrid.max_predict_steps");
-  h.verify = c.get_string("hybrid.verify");
+  h.verify = parse_verify(c.get_string("hybrid.verify"));
   h.verify_every = c.get_int("hybrid.verify_every");
   h.probe_batches = c.get_int("hybrid.probe_batches");
   h.tolerance = c.get_float("hybrid.tolerance");
   h.min_step_worth = c.get_float("hybrid.min_step_worth");
   h.max_step_scale = c.get_float("hybrid.max_step_scale");
-  h.drift_tstat = c.get_float("hybrid.drift_tstat");
+  for (const auto& spec : predictor_registry())
+    for (const auto& option : spec.options) h.predictor_options[option.key] = c.get_float("hybrid." + option.key);
   h.pay_check = c.get_bool("hybrid.pay_check");
+  h.pay_check_clock = parse_clock(c.get_string("hybrid.pay_check_clock"));
   h.seed = static_cast<uint64_t>(c.get_int("run.seed"));
   try {
     h.validate();
   } catch (const std::invalid_argument& e) {
-    throw ConfigError(std::string("[hybrid] ") + e.what());
+    throw config_error(e);
   }
-  return make_hybrid_strategy(h);
+  return h;
+}
+
+std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
+  const std::string mode = c.get_string("run.mode");
+  if (mode == "lookahead") {
+    return make_lookahead_strategy(c.get_int("lookahead.k"), c.get_float("lookahead.alpha"),
+                                   c.get_float("lookahead.momentum"));
+  }
+  if (mode != "hybrid") return nullptr;
+  return make_hybrid_strategy(hybrid_options(c));
+}
+
+ConfigError config_error(const std::exception& library_error) {
+  // Fields named like their keys: AdamWOptions.beta1 is optim.beta1, HybridOptions.full_steps is
+  // hybrid.full_steps.
+  static const std::pair<const char*, const char*> prefixes[] = {
+      {"AdamWOptions.", "optim."}, {"SgdOptions.", "optim."}, {"HybridOptions.", "hybrid."}};
+  std::string text = library_error.what();
+  for (const auto& [from, to] : prefixes)
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at))
+      text.replace(at, std::strlen(from), to);
+  return ConfigError(text);
 }
 
 std::string checkpoint_dir(const Config& c) {
@@ -287,18 +300,9 @@ TrainerOptions trainer_options(const Config& c) {
   o.memory.critical_fraction = c.get_float("memory.critical_fraction");
   o.average_decay = c.get_float("train.average_decay");
   o.config_text = c.to_toml();
-  if (!(o.average_decay == 0.0 || (o.average_decay > 0.0 && o.average_decay < 1.0)))
-    throw ConfigError("train.average_decay must be 0 (off) or in (0, 1), e.g. 0.97 (an average over ~33 steps)");
-  if (!(o.memory.warn_fraction > 0 && o.memory.warn_fraction <= 1))
-    throw ConfigError("memory.warn_fraction must be in (0, 1], a share of memory.budget");
-  if (!(o.memory.critical_fraction >= o.memory.warn_fraction && o.memory.critical_fraction <= 1))
+  // Each key's own range is checked by the schema (config_schema.cpp); here only what relates keys.
+  if (!(o.memory.critical_fraction >= o.memory.warn_fraction))
     throw ConfigError("memory.critical_fraction must be in [memory.warn_fraction, 1], a share of memory.budget");
-  if (o.max_steps < 1) throw ConfigError("train.steps must be >= 1");
-  if (o.grad_accum < 1) throw ConfigError("optim.grad_accum must be >= 1");
-  if (o.checkpoint.keep_last < 1) throw ConfigError("checkpoint.keep_last must be >= 1 (the newest is always kept)");
-  if (!(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1))
-    throw ConfigError("schedule.min_lr_ratio must lie in [0, 1]: the cosine's floor as a fraction of optim.lr");
-  if (o.schedule.warmup_steps < 0) throw ConfigError("schedule.warmup_steps must be >= 0");
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config.h"
+#include "hybrid/hybrid/options.h"
 #include "hybrid/core/trainer.h"
 
 namespace ht {
@@ -52,6 +53,11 @@ std::string recompute_for_phase(const Config& config, const std::string& phase);
 // the memory-pressure ladder, which turns on full recompute for good. Both must outlive the trainer.
 void set_recompute_hooks(Session& session, const Config& config, TrainerOptions& options);
 TrainerOptions trainer_options(const Config& config);
+// A library option error ("AdamWOptions.beta1 = 1: must be in [0, 1)") as a config error that
+// names the key instead ("optim.beta1 = 1: ..."): the library keeps its own vocabulary.
+ConfigError config_error(const std::exception& library_error);
+// The hybrid.* keys as the engine's options, validated (ConfigError naming the key).
+HybridOptions hybrid_options(const Config& config);
 // The step strategy run.mode asks for: null for plain, the hybrid engine, or Lookahead.
 std::unique_ptr<StepStrategy> build_strategy(const Config& config);
 std::string checkpoint_dir(const Config& config);

@@ -68,6 +68,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     }
   } catch (const CheckpointMismatch&) {
     throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // not the file's fault: the budget's, and the caller says so
   } catch (const std::exception& e) {
     throw CheckpointError(name() + " cannot be read although its checksum is intact (" + e.what() +
                           "): it was written damaged or by another program");
@@ -130,15 +132,23 @@ void CheckpointRegistry::load(const CheckpointReader& file) const {
     ours.insert(part.name);
     if (!file.has(part.name) && !part.when_missing)
       throw CheckpointMismatch(file.name() + " holds no " + part.what + " ('" + part.name +
-                               "'), which this run needs: it was written by a run of another kind");
+                                   "'), which this run needs: it was written by a run of another kind",
+                               part.name);
   }
   for (const auto& name : file.parts())
     if (!ours.count(name))
       throw CheckpointMismatch(file.name() + " holds '" + name + "', which this run has no use for: it was " +
                                "written by a run of another kind (resume it with the same step strategy, "
-                               "weight average and model)");
-  for (const auto& part : parts_)
-    if (part.check && file.has(part.name)) part.check(file.part(part.name));
+                               "weight average and model)",
+                               name);
+  for (const auto& part : parts_) {
+    if (!part.check || !file.has(part.name)) continue;
+    try {
+      part.check(file.part(part.name));
+    } catch (const CheckpointMismatch& e) {
+      throw CheckpointMismatch(e.what(), part.name);
+    }
+  }
 
   for (const auto& part : parts_) {
     if (!file.has(part.name)) {
@@ -147,11 +157,16 @@ void CheckpointRegistry::load(const CheckpointReader& file) const {
     }
     try {
       part.load(file.part(part.name));
+    } catch (const CheckpointMismatch& e) {
+      throw CheckpointMismatch(e.what(), part.name);
     } catch (const CheckpointError&) {
       throw;
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // memory, not the file: the caller's out-of-memory handling applies
     } catch (const std::exception& e) {
       throw CheckpointMismatch(file.name() + ": its " + part.what + " does not fit this run (" + e.what() +
-                               "); the run is partly loaded, do not train on");
+                                   "); the run is partly loaded, do not train on",
+                               part.name);
     }
   }
 }

@@ -3,14 +3,18 @@
 #include "hybrid/core/checkpoint_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
+#include <thread>
 
 #include <zlib.h>
 
@@ -68,6 +72,18 @@ void create_directories_durably(const fs::path& dir) {
   fsync_dir(dir.parent_path());
 }
 
+// Test hook, compiled in on purpose: HT_TEST_CHECKPOINT_PAUSE_MS=<ms> sleeps that long halfway
+// through the payload and again before the rename, so a crash test can kill a process inside a
+// checkpoint write (tests/apps/crash_test.cpp). Unset (always, outside tests) it costs one getenv
+// per process.
+void test_pause() {
+  static const long ms = [] {
+    const char* v = std::getenv("HT_TEST_CHECKPOINT_PAUSE_MS");
+    return v ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 }  // namespace
 
 void write_checkpoint_file(const std::string& path, const std::string& payload) {
@@ -85,7 +101,10 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
     std::memcpy(header + 8, &size, 8);  // little-endian hosts only (x86-64, aarch64)
     std::memcpy(header + 16, &crc, 4);
     write_all(fd, header, kHeaderBytes, tmp);
-    write_all(fd, payload.data(), payload.size(), tmp);
+    const size_t half = payload.size() / 2;
+    write_all(fd, payload.data(), half, tmp);
+    test_pause();
+    write_all(fd, payload.data() + half, payload.size() - half, tmp);
     if (::fsync(fd) != 0)
       throw CheckpointError("fsync of '" + tmp + "' failed: " + std::strerror(errno));
   } catch (...) {
@@ -99,6 +118,7 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
     ::unlink(tmp.c_str());
     throw CheckpointError("closing '" + tmp + "' failed: " + why);
   }
+  test_pause();
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
@@ -107,17 +127,52 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
   fsync_dir(target.parent_path());
 }
 
+namespace {
+
+// Reads exactly n bytes; false at a short file.
+bool read_exactly(int fd, char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError("reading checkpoint '" + path + "' failed: " + std::strerror(errno));
+    }
+    if (r == 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Closes the descriptor on every path out of read_checkpoint_file.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+}  // namespace
+
 std::string read_checkpoint_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint '" + path + "' cannot be opened (does it exist?)");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. Only a
+  // regular file is read; for one the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    throw CheckpointError("checkpoint '" + path + "' cannot be opened: " + std::strerror(errno) +
+                          " (does it exist?)");
+  const FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw CheckpointError("cannot stat checkpoint '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw CheckpointError("'" + path + "' is not a regular file (a directory, FIFO, socket or device), so " +
+                          "not a checkpoint; move it out of the way");
+  const auto file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < kHeaderBytes)
     throw CheckpointError("checkpoint '" + path + "' is truncated: " + std::to_string(file_size) +
                           " bytes, shorter than its header");
   char header[kHeaderBytes];
-  in.read(header, kHeaderBytes);
+  if (!read_exactly(fd, header, kHeaderBytes, path))
+    throw CheckpointError("checkpoint '" + path + "' is truncated: shorter than its header");
   if (std::memcmp(header, kMagic, 8) != 0)
     throw CheckpointError("'" + path + "' is not a hybrid-trainer checkpoint (bad magic)");
   uint64_t size = 0;
@@ -129,8 +184,8 @@ std::string read_checkpoint_file(const std::string& path) {
                           std::to_string(size) + " payload bytes, file holds " +
                           std::to_string(file_size - kHeaderBytes));
   std::string payload(size, '\0');
-  in.read(payload.data(), static_cast<std::streamsize>(size));
-  if (!in) throw CheckpointError("reading checkpoint '" + path + "' failed");
+  if (!read_exactly(fd, payload.data(), size, path))
+    throw CheckpointError("checkpoint '" + path + "' is truncated: it shrank while being read");
   if (crc_of(payload) != crc)
     throw CheckpointError("checkpoint '" + path + "' is corrupt: checksum mismatch");
   return payload;
@@ -142,7 +197,7 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / name).string();
 }
 
-std::vector<std::string> list_checkpoints(const std::string& dir) {
+std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<SkippedCheckpoint>* skipped) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
@@ -150,7 +205,21 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1]), entry.path().string());
+    if (!std::regex_match(name, m, pattern)) continue;
+    // Opening a FIFO waits for a writer; a directory or device is no checkpoint either.
+    if (!entry.is_regular_file(ec)) {
+      if (skipped) skipped->push_back({entry.path().string(), "not a regular file (a directory, FIFO, socket or device)"});
+      continue;
+    }
+    // No exception for a step past int64 (std::stoll threw, and resume stopped on a stray file).
+    const std::string digits = m[1];
+    int64_t step = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (err != std::errc() || end != digits.data() + digits.size()) {
+      if (skipped) skipped->push_back({entry.path().string(), "its step number does not fit in 64 bits"});
+      continue;
+    }
+    found.emplace_back(step, entry.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> paths;

@@ -76,7 +76,13 @@ at::Tensor read_idx_gz(const std::string& path) {
   at::Tensor data;
   try {
     data = torch::empty(shape, torch::kUInt8);
-  } catch (const c10::Error& e) {  // out of memory included: a corrupt header can claim anything
+  } catch (const c10::OutOfMemoryError& e) {
+    // Out of memory stays out of memory (a budget too small, usually: sizes past 2^40 were refused
+    // above), with what was being loaded. {}: the empty backtrace (see allocator.cpp).
+    throw c10::OutOfMemoryError(path + ": loading its " + std::to_string(numel) + " bytes of data: " +
+                                    e.what_without_backtrace(),
+                                {});
+  } catch (const c10::Error& e) {  // a corrupt header can claim anything
     throw std::runtime_error(path + ": its header claims " + std::to_string(numel) +
                              " bytes of data, which cannot be allocated (corrupt file?): " +
                              e.what_without_backtrace());

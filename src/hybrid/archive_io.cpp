@@ -11,7 +11,7 @@ namespace {
 c10::IValue read_ivalue(torch::serialize::InputArchive& a, const std::string& key) {
   c10::IValue v;
   if (!a.try_read(key, v)) {
-    throw std::runtime_error("hybrid state: key '" + key +
+    throw std::runtime_error("step-strategy state: key '" + key +
                              "' missing from the archive (saved by another version or strategy?)");
   }
   return v;
@@ -49,7 +49,7 @@ std::vector<double> get_doubles(torch::serialize::InputArchive& a, const std::st
 at::Tensor get_tensor(torch::serialize::InputArchive& a, const std::string& key) {
   at::Tensor t;
   if (!a.try_read(key, t, true)) {
-    throw std::runtime_error("hybrid state: tensor '" + key + "' missing from the archive");
+    throw std::runtime_error("step-strategy state: tensor '" + key + "' missing from the archive");
   }
   return t;
 }
@@ -69,14 +69,14 @@ void get_tensors_into(torch::serialize::InputArchive& a, const std::string& key,
     return;
   }
   if (n != static_cast<int64_t>(dst.size())) {
-    throw std::runtime_error("hybrid state: '" + key + "' holds " + std::to_string(n) +
+    throw std::runtime_error("step-strategy state: '" + key + "' holds " + std::to_string(n) +
                              " tensors, this model has " + std::to_string(dst.size()));
   }
   for (int64_t i = 0; i < n; ++i) {
     const std::string k = key + "_" + std::to_string(i);
     at::Tensor t = get_tensor(a, k);
     if (t.sizes() != dst[i].sizes()) {
-      throw std::runtime_error("hybrid state: '" + k + "' has shape " + c10::str(t.sizes()) +
+      throw std::runtime_error("step-strategy state: '" + k + "' has shape " + c10::str(t.sizes()) +
                                ", expected " + c10::str(dst[i].sizes()));
     }
     dst[i].copy_(t);

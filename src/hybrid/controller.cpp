@@ -69,7 +69,7 @@ std::string PhaseController::decide_after_full() {
   std::ostringstream why;
   why.precision(3);
   why << "confidence " << confidence() << " (gate " << opt_.enter_confidence << "), predict "
-      << pred_rate_ema_ << " vs full " << full_rate_ema_ << " loss/s";
+      << pred_rate_ema_ << " vs full " << full_rate_ema_ << (opt_.pay_check_clock == HybridOptions::Clock::Steps ? " loss/step" : " loss/s");
   const bool gate = confidence() >= opt_.enter_confidence && (!opt_.pay_check || pays());
   if (gate) {
     reprobe_interval_ = opt_.reprobe_min;

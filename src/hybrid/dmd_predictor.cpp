@@ -10,7 +10,11 @@
 #include <stdexcept>
 
 #include "archive_io.h"
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/errors.h"
+#include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor.h"
+#include "hybrid/hybrid/predictor_registry.h"
 
 namespace ht {
 namespace {
@@ -221,6 +225,30 @@ class DmdPredictor : public UpdatePredictor {
 
 std::unique_ptr<UpdatePredictor> make_dmd_predictor(int64_t history, int64_t rank, double ridge) {
   return std::make_unique<DmdPredictor>(history, rank, ridge);
+}
+
+// The registry's entry (predictor_registry.cpp). State: a ring of K updates per tensor, [K, n].
+PredictorSpec dmd_predictor_spec() {
+  return {"dmd", "a low-rank linear recurrence of the updates, fitted online", UpdatePredictor::Input::Updates,
+          {{"dmd_history", 8, 2, 1024, true, "dmd predictor: updates kept per tensor (K)"},
+           {"dmd_rank", 4, 1, 1023, true, "dmd predictor: order of the recurrence fitted over them (< dmd_history)"},
+           {"dmd_ridge", 1e-6, 0.0, 1.0, false, "dmd predictor: relative Tikhonov term of the least squares"}},
+          [](const HybridOptions& o) {
+            return make_dmd_predictor(static_cast<int64_t>(o.predictor_option("dmd_history")),
+                                      static_cast<int64_t>(o.predictor_option("dmd_rank")), o.predictor_option("dmd_ridge"));
+          },
+          [](const std::vector<int64_t>& numels, const HybridOptions& o) {
+            const auto k = static_cast<int64_t>(o.predictor_option("dmd_history"));
+            int64_t bytes = 0;
+            for (int64_t n : numels) bytes += allocator_block_bytes(k * n * 4);
+            return bytes;
+          },
+          [](const HybridOptions& o) {
+            if (o.predictor_option("dmd_rank") >= o.predictor_option("dmd_history"))
+              throw OptionsError("HybridOptions.dmd_rank = " + std::to_string(static_cast<int64_t>(o.predictor_option("dmd_rank"))) +
+                                 ": must be < dmd_history (" +
+                                 std::to_string(static_cast<int64_t>(o.predictor_option("dmd_history"))) + ")");
+          }};
 }
 
 }  // namespace ht

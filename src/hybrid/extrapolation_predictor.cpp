@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include "archive_io.h"
+#include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor.h"
+#include "hybrid/hybrid/predictor_registry.h"
 
 namespace ht {
 namespace {
@@ -76,6 +78,20 @@ std::unique_ptr<UpdatePredictor> make_last_predictor() {
 
 std::unique_ptr<UpdatePredictor> make_ema_predictor(double beta) {
   return std::make_unique<ExtrapolationPredictor>(beta, "ema");
+}
+
+// The registry's entries (predictor_registry.cpp). State: the last update, or the EMA of updates.
+PredictorSpec last_predictor_spec() {
+  return {"last", "repeat the last recorded update", UpdatePredictor::Input::Updates, {},
+          [](const HybridOptions&) { return make_last_predictor(); },
+          [](const std::vector<int64_t>& n, const HybridOptions&) { return parameter_copies_bytes(n, 1); }, {}};
+}
+
+PredictorSpec ema_predictor_spec() {
+  return {"ema", "an exponential average of recent updates", UpdatePredictor::Input::Updates,
+          {{"ema_beta", 0.9, 0.0, 0.999999, false, "ema predictor (and the direction the rssm scales): EMA decay of updates"}},
+          [](const HybridOptions& o) { return make_ema_predictor(o.predictor_option("ema_beta")); },
+          [](const std::vector<int64_t>& n, const HybridOptions&) { return parameter_copies_bytes(n, 1); }, {}};
 }
 
 }  // namespace ht

@@ -2,6 +2,7 @@
 // recording for the predictor, predicted steps, verification, rollback and the summary.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ class HybridEngine final : public HybridStrategy {
   void correct_after_rollback(Trainer& trainer, StepRecord& rec);
   void enter_predict(Trainer& trainer);
   void finish_predict_phase(Trainer& trainer, double final_probe_loss);
+  // What a step (or a probe forward) since t0 costs the pay check: ms, or 1 step (0 for a probe).
+  double step_cost(std::chrono::steady_clock::time_point t0) const;
+  double probe_cost(std::chrono::steady_clock::time_point t0) const;
   // required: the probe loss the steps since the last verified point must reach (holdout). The
   // predicted loss only calibrates the controller; it never widens what is accepted.
   std::string check_prediction(double actual, double required);
@@ -114,6 +118,7 @@ class HybridEngine final : public HybridStrategy {
   int64_t phase_n_ = 0;
 
   // Rates: loss decrease per second of a predict phase and of the real steps after it.
+  // The pay check's costs: milliseconds, or with pay_check_clock = "steps" step counts.
   double phase_ms_ = 0.0;        // time spent in this predict phase so far
   double stretch_ms_ = 0.0;      // time in real steps since the last predict phase ended
   int64_t stretch_steps_ = 0;    // and their number

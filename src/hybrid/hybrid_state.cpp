@@ -65,6 +65,7 @@ void HybridEngine::save(torch::serialize::OutputArchive& a) const {
   put(a, "end_loss", end_loss_);
   put(a, "have_end_loss", have_end_loss_);
   put(a, "pending_pred_rate", pending_pred_rate_);
+  put(a, "pay_check_clock", std::string(to_string(opt_.pay_check_clock)));
 
   const HybridSummary& m = summary_;
   put(a, "s_steps", m.steps);
@@ -83,7 +84,14 @@ void HybridEngine::load(torch::serialize::InputArchive& a) {
   const std::string name = get_string(a, "predictor_name");
   if (name != predictor_->name()) {
     throw std::runtime_error("hybrid state was saved with predictor \"" + name + "\", this run uses \"" +
-                             predictor_->name() + "\": resume with the same hybrid.predictor");
+                             predictor_->name() + "\": resume with the same predictor");
+  }
+  // A rate EMA in loss per second continued in loss per step (or back) would mix units.
+  c10::IValue clock;
+  const std::string saved_clock = a.try_read("pay_check_clock", clock) ? clock.toStringRef() : "seconds";
+  if (saved_clock != to_string(opt_.pay_check_clock)) {
+    throw std::runtime_error("hybrid state was saved with pay_check_clock = " + saved_clock + ", this run uses " +
+                             to_string(opt_.pay_check_clock) + ": resume with the same setting");
   }
   if (get_int(a, "version") < 3) {
     throw std::runtime_error("hybrid state in this checkpoint is version " + std::to_string(get_int(a, "version")) +

@@ -49,6 +49,14 @@ HybridEngine::HybridEngine(HybridOptions options, std::unique_ptr<UpdatePredicto
   summary_.predictor = predictor_->name();
 }
 
+double HybridEngine::step_cost(std::chrono::steady_clock::time_point t0) const {
+  return opt_.pay_check_clock == HybridOptions::Clock::Steps ? 1.0 : ms_since(t0);
+}
+
+double HybridEngine::probe_cost(std::chrono::steady_clock::time_point t0) const {
+  return opt_.pay_check_clock == HybridOptions::Clock::Steps ? 0.0 : ms_since(t0);  // steps: a probe is no step
+}
+
 std::unique_ptr<HybridStrategy> make_hybrid_strategy(const HybridOptions& options,
                                                      std::unique_ptr<UpdatePredictor> predictor) {
   return std::make_unique<HybridEngine>(options, std::move(predictor));
@@ -317,12 +325,12 @@ void HybridEngine::enter_predict(Trainer& trainer) {
   snapshot_.capture(state_);
   ref_ahead_ = ahead_;
   phase_start_ahead_ = ahead_;
-  ref_loss_ = opt_.verify == "holdout" ? entry_loss_ : loss_ema_;
+  ref_loss_ = opt_.verify == HybridOptions::Verify::Holdout ? entry_loss_ : loss_ema_;
   phase_sum_ = 0.0;
   phase_n_ = 0;
   phase_ms_ = 0.0;
   div_.start_phase();
-  if (opt_.verify == "holdout") div_.observe_verified(ref_loss_);
+  if (opt_.verify == HybridOptions::Verify::Holdout) div_.observe_verified(ref_loss_);
   ++summary_.phases_predict;
 }
 
@@ -338,7 +346,7 @@ void HybridEngine::finish_predict_phase(Trainer& trainer, double final_probe_los
   if (std::isnan(final_probe_loss)) {
     const auto t0 = Clock::now();
     final_probe_loss = probe_loss(trainer, probe_);
-    phase_ms_ += ms_since(t0);
+    phase_ms_ += probe_cost(t0);
   }
   pending_pred_rate_ = phase_ms_ > 0.0 ? (entry_loss_ - final_probe_loss) / (phase_ms_ / 1000.0) : 0.0;
   end_loss_ = final_probe_loss;
@@ -353,7 +361,7 @@ void HybridEngine::finish_predict_phase(Trainer& trainer, double final_probe_los
 std::string HybridEngine::check_prediction(double actual, double required) {
   std::string why = div_.check_loss(actual);
   if (!why.empty()) return why;
-  if (opt_.verify == "holdout") {
+  if (opt_.verify == HybridOptions::Verify::Holdout) {
     // Paired on one batch: a rise beyond the tolerance is the prediction's doing, and so is
     // falling short of what the real steps these predicted ones replace would have reached.
     if (actual > required + opt_.tolerance * std::abs(ref_loss_)) {
@@ -380,7 +388,7 @@ std::string HybridEngine::check_prediction(double actual, double required) {
   }
   // Oscillation only on paired losses: in batch mode successive losses are different batches',
   // and their noise alone alternates with growing amplitude on about 1 check in 60.
-  if (opt_.verify != "holdout") return "";
+  if (opt_.verify != HybridOptions::Verify::Holdout) return "";
   div_.observe_verified(actual);
   return div_.check_oscillation();
 }
@@ -437,10 +445,10 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
   // What the loss should be: the predictor's own model if it has one, else the recent per-step
   // trend of real steps carried over the steps predicted since ref_loss_ was measured. Holdout
   // moves ref_loss_ to every accepted check; batch mode keeps the phase's starting train-loss EMA.
-  const int64_t ref_at = opt_.verify == "holdout" ? ref_ahead_ : phase_start_ahead_;
+  const int64_t ref_at = opt_.verify == HybridOptions::Verify::Holdout ? ref_ahead_ : phase_start_ahead_;
   const double steps_since_ref = static_cast<double>(ahead_ - ref_at);
   // Holdout: real steps' paired per-step decrease of the probe loss, when one was measured.
-  const double slope = opt_.verify == "holdout" && have_probe_slope_ ? probe_slope_ : loss_slope_;
+  const double slope = opt_.verify == HybridOptions::Verify::Holdout && have_probe_slope_ ? probe_slope_ : loss_slope_;
   double predicted = ref_loss_ + slope * steps_since_ref * ctl_.step_scale();
   // Kept predicted steps use up steps of the budget and the schedule, so they must be worth
   // min_step_worth of the real steps they stand in for.
@@ -455,7 +463,7 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
 
   double actual = NAN;
   bool verify = false;
-  if (opt_.verify == "batch") {
+  if (opt_.verify == HybridOptions::Verify::Batch) {
     actual = batch_loss(trainer, trainer.data().next_train_batch());
     rec.loss = actual;
     phase_sum_ += actual;
@@ -467,7 +475,7 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
   }
   rec.extra["verified"] = verify ? 1.0 : 0.0;
   if (!verify) {
-    phase_ms_ += ms_since(t0);
+    phase_ms_ += step_cost(t0);
     log_transition(trainer, ctl_.on_predicted_step());
     return false;
   }
@@ -477,7 +485,7 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
   const std::string why = check_prediction(actual, required);
   // Error in units of the predicted change (holdout: the comparison is paired, noise-free) or of
   // the batch-to-batch noise (batch).
-  const double unit = opt_.verify == "holdout"
+  const double unit = opt_.verify == HybridOptions::Verify::Holdout
                           ? std::max(std::abs(predicted - ref_loss_), 1e-3 * std::abs(ref_loss_) + 1e-12)
                           : std::max(std::sqrt(loss_var_), 1e-12);
   ctl_.on_loss_error(std::abs(actual - predicted) / unit);
@@ -487,8 +495,8 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
     ctl_.on_verification(false);
     rec.extra["accepted"] = 0.0;
     rollback(trainer, why, rec);
-    phase_ms_ += ms_since(t0);
-    finish_predict_phase(trainer, opt_.verify == "holdout" ? ref_loss_ : NAN);
+    phase_ms_ += step_cost(t0);
+    finish_predict_phase(trainer, opt_.verify == HybridOptions::Verify::Holdout ? ref_loss_ : NAN);
     log_transition(trainer, ctl_.on_rollback(ref_ahead_ - phase_start_ahead_));
     return true;
   }
@@ -496,15 +504,15 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
   ctl_.on_verification(true);
   ++summary_.accepted;
   rec.extra["accepted"] = 1.0;
-  const bool refresh = opt_.verify == "holdout" || phase_n_ % opt_.verify_every == 0;
+  const bool refresh = opt_.verify == HybridOptions::Verify::Holdout || phase_n_ % opt_.verify_every == 0;
   if (refresh || last || run_end) {
     summary_.predicted_kept += ahead_ - ref_ahead_;
-    if (opt_.verify == "holdout") ref_loss_ = actual;
+    if (opt_.verify == HybridOptions::Verify::Holdout) ref_loss_ = actual;
     if (!last) snapshot_.capture(state_);
     ref_ahead_ = ahead_;
   }
-  phase_ms_ += ms_since(t0);
-  if (last) finish_predict_phase(trainer, opt_.verify == "holdout" ? actual : NAN);
+  phase_ms_ += step_cost(t0);
+  if (last) finish_predict_phase(trainer, opt_.verify == HybridOptions::Verify::Holdout ? actual : NAN);
   log_transition(trainer, ctl_.on_predicted_step());
   return false;
 }
@@ -518,7 +526,7 @@ void HybridEngine::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
   rec.phase = Phase::Correct;
   log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
   if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
-  stretch_ms_ += ms_since(t0);
+  stretch_ms_ += step_cost(t0);
   ++stretch_steps_;
 }
 
@@ -558,7 +566,7 @@ StepRecord HybridEngine::run_step(Trainer& trainer) {
     }
     // The step's training is part of the stretch the decision's probe measures (its loss already
     // moved); the probe forward that ends the stretch is not.
-    stretch_ms_ += ms_since(t0);
+    stretch_ms_ += step_cost(t0);
     ++stretch_steps_;
     if (ctl_.decision_due(updates ? predictor_->ready() : record && stretch_n_ >= 2)) {
       if (!updates) end_stretch(trainer, rec);

@@ -86,6 +86,7 @@ void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
 }
 
 void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
+  // (Another strategy's state never gets here: the checkpoint registry compares names first.)
   if (archive_io::get_int(a, "k") != k_) {
     throw std::runtime_error("lookahead state was saved with a different k: resume with the same settings");
   }

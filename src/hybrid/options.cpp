@@ -1,6 +1,9 @@
 // Validation of HybridOptions: every rejected value is named with the range that is accepted.
 #include "hybrid/hybrid/options.h"
 
+#include "hybrid/core/errors.h"
+#include "hybrid/hybrid/predictor_registry.h"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -9,7 +12,7 @@ namespace ht {
 namespace {
 
 [[noreturn]] void fail(const std::string& field, const std::string& value, const std::string& need) {
-  throw std::invalid_argument("HybridOptions." + field + " = " + value + ": must be " + need);
+  throw OptionsError("HybridOptions." + field + " = " + value + ": must be " + need);
 }
 
 template <typename T>
@@ -38,36 +41,16 @@ void HybridOptions::validate() const {
   if (max_predict_steps < min_predict_steps) {
     fail("max_predict_steps", str(max_predict_steps), ">= min_predict_steps (" + str(min_predict_steps) + ")");
   }
-  if (predictor != "mean" && predictor != "regression" && predictor != "drift" && predictor != "last" &&
-      predictor != "ema" && predictor != "dmd" && predictor != "rssm") {
-    fail("predictor", "\"" + predictor + "\"",
-         "one of \"mean\", \"regression\", \"drift\", \"last\", \"ema\", \"dmd\", \"rssm\"");
+  const PredictorSpec& spec = find_predictor(predictor);
+  for (const auto& [key, value] : predictor_options) {
+    const PredictorOption* o = find_predictor_option(key);
+    if (!o) fail("predictor_options", "{\"" + key + "\"}", "an option some predictor declares");
+    if (!(value >= o->min && value <= o->max) || (o->integer && value != std::floor(value)))
+      fail(key, str(value), std::string(o->integer ? "an integer" : "a number") + " in [" + str(o->min) + ", " +
+                                str(o->max) + "]");
   }
-  if (predictor == "drift" && full_steps < 4) {
-    fail("full_steps", str(full_steps),
-         ">= 4 with predictor \"drift\" (its slope test fits a line through at least 4 recorded "
-         "weights): raise full_steps (hybrid.full_steps in a config) or choose another predictor");
-  }
-  if (!(drift_tstat >= 0.0)) fail("drift_tstat", str(drift_tstat), ">= 0");
-  if (!(ema_beta >= 0.0 && ema_beta < 1.0)) fail("ema_beta", str(ema_beta), "in [0, 1)");
-  at_least("dmd_history", dmd_history, 2);
-  at_least("dmd_rank", dmd_rank, 1);
-  if (dmd_rank >= dmd_history) fail("dmd_rank", str(dmd_rank), "< dmd_history (" + str(dmd_history) + ")");
-  in_range("dmd_ridge", dmd_ridge, 0.0, 1.0);
-  at_least("rssm_ensemble", rssm_ensemble, 1);
-  at_least("rssm_hidden", rssm_hidden, 1);
-  at_least("rssm_latent", rssm_latent, 1);
-  // Shorter windows would pass here and then switch a feature off without a word.
-  if (rssm_window < 4) {
-    fail("rssm_window", str(rssm_window),
-         ">= 4: the rssm trains on windows of at least 4 recorded steps, so a shorter one never predicts");
-  }
-  at_least("rssm_train_every", rssm_train_every, 1);
-  if (!(rssm_lr > 0.0 && std::isfinite(rssm_lr))) fail("rssm_lr", str(rssm_lr), "> 0");
+  if (spec.validate) spec.validate(*this);
   at_least("groups", groups, 1);
-  if (verify != "batch" && verify != "holdout") {
-    fail("verify", "\"" + verify + "\"", "\"batch\" or \"holdout\"");
-  }
   at_least("verify_every", verify_every, 1);
   at_least("probe_batches", probe_batches, 1);
   in_range("tolerance", tolerance, 0.0, 1.0);
@@ -83,6 +66,33 @@ void HybridOptions::validate() const {
   in_range("pay_margin", pay_margin, 0.0, 10.0);
   at_least("reprobe_min", reprobe_min, 1);
   if (reprobe_max < reprobe_min) fail("reprobe_max", str(reprobe_max), ">= reprobe_min (" + str(reprobe_min) + ")");
+}
+
+double HybridOptions::predictor_option(const std::string& key) const {
+  if (const auto it = predictor_options.find(key); it != predictor_options.end()) return it->second;
+  const PredictorOption* o = find_predictor_option(key);
+  if (!o) throw std::logic_error("no predictor declares the option '" + key + "'");
+  return o->default_value;
+}
+
+HybridOptions::Verify parse_verify(const std::string& name) {
+  if (name == "batch") return HybridOptions::Verify::Batch;
+  if (name == "holdout") return HybridOptions::Verify::Holdout;
+  throw OptionsError("HybridOptions.verify = \"" + name + "\": must be \"batch\" or \"holdout\"");
+}
+
+const char* to_string(HybridOptions::Verify verify) {
+  return verify == HybridOptions::Verify::Batch ? "batch" : "holdout";
+}
+
+HybridOptions::Clock parse_clock(const std::string& name) {
+  if (name == "seconds") return HybridOptions::Clock::Seconds;
+  if (name == "steps") return HybridOptions::Clock::Steps;
+  throw OptionsError("HybridOptions.pay_check_clock = \"" + name + "\": must be \"seconds\" or \"steps\"");
+}
+
+const char* to_string(HybridOptions::Clock clock) {
+  return clock == HybridOptions::Clock::Steps ? "steps" : "seconds";
 }
 
 }  // namespace ht

@@ -1,4 +1,4 @@
-// The predictor factory by name, the interface's defaults, and the layer-group split.
+// The predictor factory by name (through the registry), the interface's defaults, and the layer-group split.
 #include "hybrid/hybrid/predictor.h"
 
 #include <ATen/ATen.h>
@@ -7,18 +7,13 @@
 #include <stdexcept>
 
 #include "hybrid/hybrid/options.h"
+#include "hybrid/hybrid/predictor_registry.h"
 
 namespace ht {
 
 std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& o) {
   o.validate();
-  if (o.predictor == "mean") return make_mean_predictor();
-  if (o.predictor == "regression") return make_regression_predictor();
-  if (o.predictor == "drift") return make_drift_predictor(o.drift_tstat);
-  if (o.predictor == "last") return make_last_predictor();
-  if (o.predictor == "ema") return make_ema_predictor(o.ema_beta);
-  if (o.predictor == "dmd") return make_dmd_predictor(o.dmd_history, o.dmd_rank, o.dmd_ridge);
-  return make_rssm_predictor(o);
+  return find_predictor(o.predictor).make(o);
 }
 
 void UpdatePredictor::observe_weights(const std::vector<at::Tensor>&, const TrainingFeatures&) {

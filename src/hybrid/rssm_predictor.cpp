@@ -12,6 +12,7 @@
 #include "archive_io.h"
 #include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor.h"
+#include "hybrid/hybrid/predictor_registry.h"
 
 namespace ht {
 namespace {
@@ -71,14 +72,17 @@ struct RssmEnsemble : torch::nn::Module {
   at::Tensor Wi, Wh, bi, bh, Wp, bp, Wq, bq, Wd1, bd1, Wd2, bd2;
 };
 
+int64_t integer(const HybridOptions& o, const char* key) { return static_cast<int64_t>(o.predictor_option(key)); }
+
 class RssmPredictor : public UpdatePredictor {
  public:
   explicit RssmPredictor(const HybridOptions& o)
-      : E_(o.rssm_ensemble), G_(o.groups), F_(6 + 2 * o.groups), H_(o.rssm_hidden), Z_(o.rssm_latent),
-        W_(o.rssm_window), train_every_(o.rssm_train_every), beta_(o.ema_beta), seed_(o.seed),
+      : E_(integer(o, "rssm_ensemble")), G_(o.groups), F_(6 + 2 * o.groups), H_(integer(o, "rssm_hidden")),
+        Z_(integer(o, "rssm_latent")), W_(integer(o, "rssm_window")), train_every_(integer(o, "rssm_train_every")),
+        beta_(o.predictor_option("ema_beta")), seed_(o.seed),
         gen_(at::detail::createCPUGenerator(o.seed)),
         model_(std::make_shared<RssmEnsemble>(E_, F_, H_, Z_, gen_)),
-        opt_(model_->parameters(), torch::optim::AdamOptions(o.rssm_lr)),
+        opt_(model_->parameters(), torch::optim::AdamOptions(o.predictor_option("rssm_lr"))),
         mean_(static_cast<size_t>(F_), 0.0), var_(static_cast<size_t>(F_), 1.0) {}
 
   std::string name() const override { return "rssm"; }
@@ -190,7 +194,7 @@ class RssmPredictor : public UpdatePredictor {
     var_ = get_doubles(a, "var");
     if (static_cast<int64_t>(mean_.size()) != F_) {
       throw std::runtime_error("rssm state has " + std::to_string(mean_.size()) + " features, options give " +
-                               std::to_string(F_) + ": resume with the same hybrid.groups");
+                               std::to_string(F_) + ": resume with the same HybridOptions::groups");
     }
     const std::vector<double> flat = get_doubles(a, "history");
     history_.clear();
@@ -327,6 +331,20 @@ class RssmPredictor : public UpdatePredictor {
 std::unique_ptr<UpdatePredictor> make_rssm_predictor(const HybridOptions& options) {
   options.validate();
   return std::make_unique<RssmPredictor>(options);
+}
+
+// The registry's entry (predictor_registry.cpp). State: the EMA direction it scales (one copy);
+// its model and windows are a few KiB. It also reads ema_beta, the ema predictor's option.
+PredictorSpec rssm_predictor_spec() {
+  return {"rssm", "a small learned dynamics model: GRU state, stochastic latent, ensemble", UpdatePredictor::Input::Updates,
+          {{"rssm_ensemble", 3, 1, 64, true, "rssm predictor: ensemble members (their spread is its uncertainty)"},
+           {"rssm_hidden", 32, 1, 4096, true, "rssm predictor: GRU state size"},
+           {"rssm_latent", 8, 1, 1024, true, "rssm predictor: stochastic latent size"},
+           {"rssm_window", 16, 4, 4096, true, "rssm predictor: truncated-BPTT window in recorded steps (>= 4, the least it trains on)"},
+           {"rssm_train_every", 4, 1, 1000000, true, "rssm predictor: one optimisation step every n observations"},
+           {"rssm_lr", 3e-3, 1e-9, 1.0, false, "rssm predictor: its model's Adam learning rate"}},
+          [](const HybridOptions& o) { return make_rssm_predictor(o); },
+          [](const std::vector<int64_t>& n, const HybridOptions&) { return parameter_copies_bytes(n, 1); }, {}};
 }
 
 }  // namespace ht

@@ -7,9 +7,13 @@
 #include <torch/torch.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "archive_io.h"
+#include "hybrid/core/errors.h"
+#include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor.h"
+#include "hybrid/hybrid/predictor_registry.h"
 
 namespace ht {
 namespace {
@@ -236,5 +240,32 @@ class DriftPredictor : public LinePredictor {
 std::unique_ptr<UpdatePredictor> make_mean_predictor() { return std::make_unique<MeanPredictor>(); }
 std::unique_ptr<UpdatePredictor> make_regression_predictor() { return std::make_unique<RegressionPredictor>(); }
 std::unique_ptr<UpdatePredictor> make_drift_predictor(double tstat) { return std::make_unique<DriftPredictor>(tstat); }
+
+// The registry's entries (predictor_registry.cpp). State: the weights at the stretch's start (a_),
+// plus the regression's slope, plus drift's first weights and squared residuals.
+PredictorSpec mean_predictor_spec() {
+  return {"mean", "the mean update over the last recorded stretch", UpdatePredictor::Input::Weights, {},
+          [](const HybridOptions&) { return make_mean_predictor(); },
+          [](const std::vector<int64_t>& n, const HybridOptions&) { return parameter_copies_bytes(n, 1); }, {}};
+}
+
+PredictorSpec regression_predictor_spec() {
+  return {"regression", "a line fitted through the recorded weights", UpdatePredictor::Input::Weights, {},
+          [](const HybridOptions&) { return make_regression_predictor(); },
+          [](const std::vector<int64_t>& n, const HybridOptions&) { return parameter_copies_bytes(n, 2); }, {}};
+}
+
+PredictorSpec drift_predictor_spec() {
+  return {"drift", "the regression line, continued only where its slope stands out of the noise", UpdatePredictor::Input::Weights,
+          {{"drift_tstat", 3.0, 0.0, 1000.0, false, "drift predictor: t-statistic a coordinate's slope needs to be continued"}},
+          [](const HybridOptions& o) { return make_drift_predictor(o.predictor_option("drift_tstat")); },
+          [](const std::vector<int64_t>& n, const HybridOptions&) { return parameter_copies_bytes(n, 4); },
+          [](const HybridOptions& o) {
+            if (o.full_steps < 4)
+              throw OptionsError("HybridOptions.full_steps = " + std::to_string(o.full_steps) +
+                                 ": must be >= 4 with predictor \"drift\" (its slope test fits a line through at "
+                                 "least 4 recorded weights): raise full_steps or choose another predictor");
+          }};
+}
 
 }  // namespace ht

@@ -1,6 +1,7 @@
 // AdamW with one fused pass per tensor: decay, both moments and the update in a single loop,
 // no temporaries (LibTorch 1.13's C++ AdamW allocates several full-size tensors per parameter).
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 #include <ATen/Parallel.h>
@@ -112,11 +113,21 @@ class AdamW final : public SingleRateOptimizer {
 
 }  // namespace
 
+void validate(const AdamWOptions& o) {
+  auto fail = [](const char* field, double v, const char* need) {
+    std::ostringstream os;
+    os << "AdamWOptions." << field << " = " << v << ": must be " << need;
+    throw std::invalid_argument(os.str());
+  };
+  if (!(o.lr >= 0 && std::isfinite(o.lr))) fail("lr", o.lr, ">= 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) fail("beta1", o.beta1, "in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) fail("beta2", o.beta2, "in [0, 1)");
+  if (!(o.eps > 0 && std::isfinite(o.eps))) fail("eps", o.eps, "> 0");
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) fail("weight_decay", o.weight_decay, ">= 0");
+}
+
 std::unique_ptr<Optimizer> make_adamw(std::vector<at::Tensor> params, const AdamWOptions& opts) {
-  if (!(opts.lr >= 0) || !(opts.beta1 >= 0 && opts.beta1 < 1) || !(opts.beta2 >= 0 && opts.beta2 < 1) ||
-      !(opts.eps > 0) || !(opts.weight_decay >= 0))
-    throw std::invalid_argument(
-        "adamw: need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
+  validate(opts);
   return std::make_unique<AdamW>(std::move(params), opts);
 }
 

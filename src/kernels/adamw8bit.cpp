@@ -113,10 +113,7 @@ void read_into(torch::serialize::InputArchive& a, const std::string& key, at::Te
 AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, const AdamWOptions& opts,
                      const AdamW8bitOptions& quant)
     : SingleRateOptimizer(opts.lr), params_(std::move(params)), opts_(opts), quant_(quant) {
-  if (!(opts.lr >= 0) || !(opts.beta1 >= 0 && opts.beta1 < 1) ||
-      !(opts.beta2 >= 0 && opts.beta2 < 1) || !(opts.eps > 0) || !(opts.weight_decay >= 0))
-    throw std::invalid_argument(
-        "adamw8bit: need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
+  validate(opts);
   if (quant.block_size < 1 || quant.min_quantized_numel < 0)
     throw std::invalid_argument("adamw8bit: need block_size >= 1 and min_quantized_numel >= 0");
   torch::NoGradGuard no_grad;

@@ -75,8 +75,12 @@ class Sgd final : public SingleRateOptimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_sgd(std::vector<at::Tensor> params, const SgdOptions& opts) {
-  if (!(opts.lr >= 0) || !(opts.momentum >= 0 && opts.momentum < 1) || !(opts.weight_decay >= 0))
-    throw std::invalid_argument("sgd: need lr >= 0, 0 <= momentum < 1, weight_decay >= 0");
+  auto fail = [](const char* field, double v, const char* need) {
+    throw std::invalid_argument("SgdOptions." + std::string(field) + " = " + std::to_string(v) + ": must be " + need);
+  };
+  if (!(opts.lr >= 0)) fail("lr", opts.lr, ">= 0");
+  if (!(opts.momentum >= 0 && opts.momentum < 1)) fail("momentum", opts.momentum, "in [0, 1)");
+  if (!(opts.weight_decay >= 0)) fail("weight_decay", opts.weight_decay, ">= 0");
   return std::make_unique<Sgd>(std::move(params), opts);
 }
 

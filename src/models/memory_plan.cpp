@@ -55,18 +55,9 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
     if (levers.outer_momentum) e.mode_state += copy;  // SNOO's momentum buffer
   }
   if (levers.mode != TrainMode::Hybrid) return;
-  // hybrid_strategy.cpp: the rollback snapshot; predictors that consume updates also need the
-  // before_, delta_ and predicted_ buffers (trajectory predictors add in place and measure on
-  // samples of a few KiB); then the predictor's own state.
-  const std::string& p = levers.predictor;
-  const bool weights_input = p == "mean" || p == "regression" || p == "drift";
-  int64_t copies = weights_input ? 1 : 4;
-  if (p == "regression") copies += 2;                    // a_, b_
-  else if (p == "drift") copies += 4;                    // a_, b_, first_, sq_
-  else if (p == "mean" || p == "last" || p == "ema" || p == "rssm") copies += 1;  // a_ / avg_ / ema_
-  e.mode_state = average + copies * copy;
-  if (p == "dmd")
-    for (int64_t n : numels) e.mode_state += blk(levers.dmd_history * n * kF32);  // ring [K, n]
+  if (!levers.hybrid_state_bytes)
+    throw std::invalid_argument("memory plan: hybrid mode needs MemoryLevers::hybrid_state_bytes (ht::hybrid_state_bytes)");
+  e.mode_state = average + levers.hybrid_state_bytes(numels);  // snapshot, buffers, the predictor
 }
 
 std::vector<int64_t> gpt_parameter_numels(const GPTConfig& g) {

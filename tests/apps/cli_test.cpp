@@ -78,7 +78,8 @@ TEST(Cli, BadInputGetsAClearErrorAndAUsageExitCode) {
 
   r = run("train run.mode=lookahead lookahead.momentum=1");  // SNOO's outer momentum must be < 1
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("lookahead.momentum must be in [0, 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lookahead.momentum = '1' is out of range: it must be a number in [0, 1)"),
+            std::string::npos) << r.output;
 
   // Values that would fail only later (the closing sample) or train wrongly (a rising "decay").
   for (const std::string key : {"sample.top_k=-1", "schedule.min_lr_ratio=2", "data.val_fraction=1.5",

@@ -1,6 +1,7 @@
 // Crash-safe checkpoint files: round trip, and truncation / corruption / wrong files detected.
 // Also pruning, which must never delete the file just written.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,39 @@ TEST_F(CheckpointFileTest, CreatesMissingDirectoriesAndLeavesNoTempFile) {
   write_checkpoint_file(nested, "payload");
   EXPECT_EQ(read_checkpoint_file(nested), "payload");
   EXPECT_FALSE(std::filesystem::exists(nested + ".tmp"));
+}
+
+// A stray name whose step is past int64 is reported, not thrown over, and pruning ignores it.
+TEST_F(CheckpointFileTest, NamesThatDoNotParseAreSkippedAndReported) {
+  write_checkpoint_file(checkpoint_path(dir_.string(), 7), "p");
+  const std::string odd = path("ckpt-99999999999999999999999.ht");
+  std::ofstream(odd) << "x";
+  std::vector<SkippedCheckpoint> skipped;
+  EXPECT_EQ(list_checkpoints(dir_.string(), &skipped), std::vector<std::string>{checkpoint_path(dir_.string(), 7)});
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].path, odd);
+  EXPECT_NE(skipped[0].reason.find("64 bits"), std::string::npos) << skipped[0].reason;
+  prune_checkpoints(dir_.string(), 1, checkpoint_path(dir_.string(), 7));
+  EXPECT_TRUE(fs::exists(odd));
+}
+
+// A FIFO named like a checkpoint: never opened for reading (that waits for a writer), listed
+// as skipped; a directory of that name likewise.
+TEST_F(CheckpointFileTest, OnlyRegularFilesAreRead) {
+  write_checkpoint_file(checkpoint_path(dir_.string(), 3), "p");
+  const std::string fifo = checkpoint_path(dir_.string(), 9);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  fs::create_directories(checkpoint_path(dir_.string(), 8));
+  try {
+    read_checkpoint_file(fifo);
+    FAIL() << "read a FIFO";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_checkpoint_file(checkpoint_path(dir_.string(), 8)), CheckpointError);
+  std::vector<SkippedCheckpoint> skipped;
+  EXPECT_EQ(list_checkpoints(dir_.string(), &skipped), std::vector<std::string>{checkpoint_path(dir_.string(), 3)});
+  EXPECT_EQ(skipped.size(), 2u);
 }
 
 }  // namespace ht

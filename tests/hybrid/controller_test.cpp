@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hybrid/controller.h"
+#include "hybrid/core/errors.h"
 #include "hybrid/hybrid/options.h"
 
 namespace {
@@ -190,15 +191,14 @@ TEST(HybridOptions, ValidateNamesTheField) {
   EXPECT_NO_THROW(o.validate());
   o.predictor = "magic";
   expect_field(o, "predictor");
-  o = {};
-  o.verify = "never";
-  expect_field(o, "verify");
+  EXPECT_THROW(ht::parse_verify("never"), ht::OptionsError);
   o = {};
   o.max_predict_steps = 1;
   o.min_predict_steps = 2;
   expect_field(o, "max_predict_steps");
   o = {};
-  o.dmd_rank = 8;
+  o.predictor = "dmd";
+  o.predictor_options["dmd_rank"] = 8;
   expect_field(o, "dmd_rank");
   o = {};
   o.full_steps = 0;
@@ -224,9 +224,9 @@ std::string validation_error(const ht::HybridOptions& o) {
 TEST(HybridOptions, RejectsWindowsTooShortForTheirTests) {
   // The rssm trains on windows of at least 4 recorded steps: with fewer it never becomes ready.
   ht::HybridOptions o;
-  o.rssm_window = 3;
+  o.predictor_options["rssm_window"] = 3;
   EXPECT_NE(validation_error(o).find("HybridOptions.rssm_window"), std::string::npos) << validation_error(o);
-  o.rssm_window = 4;
+  o.predictor_options["rssm_window"] = 4;
   EXPECT_EQ(validation_error(o), "");
   // The spike test needs 8 real-step losses in the window.
   o = {};

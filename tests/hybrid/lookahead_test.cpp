@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "hybrid/hybrid/lookahead.h"
+#include "hybrid/hybrid/strategy.h"
 #include "support/scratch_dir.h"
 #include "toy_problems.h"
 
@@ -96,5 +97,31 @@ TEST(Lookahead, SnooResumesBitExactlyWithItsMomentum) {
     ADD_FAILURE() << "loading SNOO state into plain Lookahead did not throw";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("lookahead.momentum"), std::string::npos) << e.what();
+  }
+}
+
+// A hybrid checkpoint resumed in Lookahead mode: the error is Lookahead's own, and says what to do
+// (it called itself "hybrid state" before).
+TEST(Lookahead, AHybridCheckpointIsRefusedInLookaheadTerms) {
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("hybrid.ht");
+  toy::MlpRun a(20);
+  a.trainer->set_strategy(ht::make_hybrid_strategy(ht::HybridOptions{}));
+  for (int i = 0; i < 3; ++i) a.trainer->train_step();
+  a.trainer->save_checkpoint(path);
+
+  toy::MlpRun b(20, 3e-3, 42);
+  b.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.5));
+  try {
+    b.trainer->load_checkpoint(path);
+    ADD_FAILURE() << "a hybrid checkpoint loaded as Lookahead";
+  } catch (const std::exception& e) {
+    // Names both strategies; the library's words (the CLI adds its run.mode key).
+    const std::string what = e.what();
+    EXPECT_NE(what.find("holds hybrid state"), std::string::npos) << what;
+    EXPECT_NE(what.find("this run uses lookahead"), std::string::npos) << what;
+    const auto* mismatch = dynamic_cast<const ht::CheckpointMismatch*>(&e);
+    ASSERT_NE(mismatch, nullptr) << what;
+    EXPECT_EQ(mismatch->part, "strategy");
   }
 }

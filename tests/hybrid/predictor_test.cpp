@@ -128,7 +128,7 @@ TEST(Predictors, DmdOnNoiseReportsLowConfidenceAndBoundedPredictions) {
 TEST(Predictors, SaveLoadGivesIdenticalPredictions) {
   GeometricTrajectory traj;
   ht::HybridOptions o;
-  o.rssm_train_every = 2;
+  o.predictor_options["rssm_train_every"] = 2;
   for (const std::string name : {"last", "ema", "dmd", "rssm", "mean", "regression", "drift"}) {
     o.predictor = name;
     auto a = ht::make_update_predictor(o);
@@ -240,7 +240,7 @@ TEST(Predictors, RssmLearnsTheMultiplierOfAGeometricTrajectory) {
   ht::HybridOptions o;
   o.predictor = "rssm";
   o.groups = 2;
-  o.rssm_train_every = 1;
+  o.predictor_options["rssm_train_every"] = 1;
   auto p = ht::make_update_predictor(o);
   torch::manual_seed(11);
   const at::Tensor va = torch::randn({6, 4}), vb = torch::randn({9});

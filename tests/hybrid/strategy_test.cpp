@@ -32,7 +32,7 @@ ht::HybridOptions toy_options(const std::string& predictor) {
   o.correct_steps = 1;
   o.min_predict_steps = 2;
   o.max_predict_steps = 8;
-  o.verify = "holdout";
+  o.verify = ht::HybridOptions::Verify::Holdout;
   o.verify_every = 2;
   o.max_step_scale = 1.0;
   o.pay_check = false;  // decisions independent of wall-clock: runs are reproducible
@@ -144,7 +144,7 @@ TEST(HybridStrategy, ExtrapolationIsAcceptedAndWorthRealStepsOnTheBowl) {
 TEST(HybridStrategy, DmdPredictsTheBowlsTrueUpdates) {
   toy::BowlRun run(150);
   ht::HybridOptions o = toy_options("dmd");
-  o.dmd_ridge = 1e-12;  // noise-free updates: fit the modes, do not shrink them
+  o.predictor_options["dmd_ridge"] = 1e-12;  // noise-free updates: fit the modes, do not shrink them
   auto strategy = std::make_unique<ht::HybridEngine>(o);
   ht::HybridEngine* hybrid = strategy.get();
   run.trainer->set_strategy(std::move(strategy));
@@ -321,7 +321,7 @@ TEST(HybridStrategy, TensorMemoryStaysFlatAcrossPredictAndRollbackCycles) {
 
 TEST(HybridStrategy, BatchVerificationAcceptsGoodAndRejectsBadPredictions) {
   ht::HybridOptions o = toy_options("ema");
-  o.verify = "batch";
+  o.verify = ht::HybridOptions::Verify::Batch;
   {
     toy::BowlRun run(100);
     auto strategy = std::make_unique<ht::HybridEngine>(o);
@@ -633,7 +633,7 @@ TEST(HybridStrategy, BatchVerificationBandDoesNotWidenWithTheForecast) {
   // loss to grow a hundredfold per step must not thereby get its harmful steps accepted.
   toy::BowlRun run(100);
   ht::HybridOptions o = toy_options("ema");
-  o.verify = "batch";
+  o.verify = ht::HybridOptions::Verify::Batch;
   o.enter_confidence = 0.0;
   o.spike_zscore = 1e9;  // the band alone judges these steps
   auto owned = std::make_unique<ht::HybridEngine>(
@@ -664,7 +664,7 @@ TEST(HybridStrategy, BatchVerificationDoesNotReadBatchNoiseAsOscillation) {
   // loss of the same weights, pure noise, which must not count as a growing oscillation.
   toy::MlpRun run(1000);
   ht::HybridOptions o = toy_options("ema");
-  o.verify = "batch";
+  o.verify = ht::HybridOptions::Verify::Batch;
   o.enter_confidence = 0.0;
   o.min_predict_steps = 64;
   o.max_predict_steps = 64;
@@ -710,7 +710,7 @@ TEST(HybridStrategy, ProbeSlopeDividesTheRealStepsProgressByTheirNumber) {
 TEST(HybridStrategy, SummaryCountsOnlyKeptPredictedStepsAsPredicted) {
   // Every predicted stretch is undone: nothing of the run was predicted, though predicting took
   // time, and that time (the failing step's included) is the predict phase's.
-  for (const std::string verify : {"holdout", "batch"}) {
+  for (const auto verify : {ht::HybridOptions::Verify::Holdout, ht::HybridOptions::Verify::Batch}) {
     toy::BowlRun run(120);
     ht::HybridOptions o = toy_options("ema");
     o.verify = verify;
@@ -721,14 +721,14 @@ TEST(HybridStrategy, SummaryCountsOnlyKeptPredictedStepsAsPredicted) {
     run.trainer->set_strategy(std::move(owned));
     run.trainer->fit();
     const auto& s = hybrid->summary();
-    ASSERT_GE(s.rollbacks, 3) << verify;
-    ASSERT_GT(s.predicted_applied, 0) << verify;
-    EXPECT_EQ(s.predicted_kept, 0) << verify;
-    EXPECT_EQ(s.steps_by_phase[2], 0) << verify;
-    EXPECT_EQ(s.share_predicted(), 0.0) << verify;
-    EXPECT_EQ(s.steps, run.trainer->step()) << verify;
-    EXPECT_EQ(s.predicted_undone, s.predicted_applied) << verify;
-    EXPECT_GT(s.ms_by_phase[2], 0.0) << verify;
+    ASSERT_GE(s.rollbacks, 3) << ht::to_string(verify);
+    ASSERT_GT(s.predicted_applied, 0) << ht::to_string(verify);
+    EXPECT_EQ(s.predicted_kept, 0) << ht::to_string(verify);
+    EXPECT_EQ(s.steps_by_phase[2], 0) << ht::to_string(verify);
+    EXPECT_EQ(s.share_predicted(), 0.0) << ht::to_string(verify);
+    EXPECT_EQ(s.steps, run.trainer->step()) << ht::to_string(verify);
+    EXPECT_EQ(s.predicted_undone, s.predicted_applied) << ht::to_string(verify);
+    EXPECT_GT(s.ms_by_phase[2], 0.0) << ht::to_string(verify);
   }
 }
 

@@ -31,7 +31,7 @@ ht::HybridOptions busy_options() {
   o.correct_steps = 1;
   o.min_predict_steps = 2;
   o.max_predict_steps = 8;
-  o.verify = "holdout";
+  o.verify = ht::HybridOptions::Verify::Holdout;
   o.verify_every = 2;
   o.probe_batches = 1;
   o.max_step_scale = 1.0;

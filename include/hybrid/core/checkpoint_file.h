@@ -13,8 +13,15 @@ namespace ht {
 void write_checkpoint_file(const std::string& path, const std::string& payload);
 std::string read_checkpoint_file(const std::string& path);  // throws CheckpointError
 
-// Checkpoints in `dir` named ckpt-<step>.ht, newest first.
-std::vector<std::string> list_checkpoints(const std::string& dir);
+// A file named like a checkpoint that list_checkpoints leaves out, and why (for a warning).
+struct SkippedCheckpoint {
+  std::string path;
+  std::string reason;
+};
+
+// Checkpoints in `dir` named ckpt-<step>.ht, newest first. Names whose step does not parse (past
+// 64 bits) are left out; `skipped`, when given, receives them (the library does not print).
+std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<SkippedCheckpoint>* skipped = nullptr);
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // Deletes all but the newest `keep_last` checkpoints at or below `just_written`'s step; keeps
 // `just_written` itself and every checkpoint with a higher step (another run's, or one a hybrid

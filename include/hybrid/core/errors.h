@@ -28,9 +28,13 @@ class CheckpointError : public std::runtime_error {
 
 // The file is sound but does not fit what loads it (another model, optimizer or training mode):
 // an older checkpoint of the same directory would not fit either, so resuming does not fall back.
+// `part` names the checkpoint part that does not fit ("model", "optimizer", "strategy", ...; empty
+// when it is the file as a whole), so a front end can point at its own setting for it.
 class CheckpointMismatch : public CheckpointError {
  public:
-  using CheckpointError::CheckpointError;
+  explicit CheckpointMismatch(const std::string& msg, std::string part_name = "")
+      : CheckpointError(msg), part(std::move(part_name)) {}
+  std::string part;
 };
 
 // Training cannot go on: a non-finite loss or gradient, a loss function that fails, an update

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,16 @@ class MultiLogger : public Logger {
   std::vector<std::shared_ptr<Logger>> loggers_;
 };
 
-// One JSON object per line: {"type":"step",...} and {"type":"eval",...}. Flushed per record.
+// A metrics file that cannot be written (disk full, file size limit, I/O error): thrown from the
+// logger call, so the run stops instead of going on with a report that silently ends.
+class MetricsWriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One JSON object per line: {"type":"step",...} and {"type":"eval",...}, each line written whole.
+// A failed write throws MetricsWriteError and cuts the file back to its last whole line. With
+// `append`, a torn last line (a crash mid-record) is dropped first.
 std::shared_ptr<Logger> make_jsonl_logger(const std::string& path, bool append);
 std::string to_json(const StepRecord& r);
 std::string to_json(const EvalRecord& r);

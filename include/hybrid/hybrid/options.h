@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace ht {
@@ -18,20 +19,13 @@ struct HybridOptions {
   int64_t min_predict_steps = 32;  // first horizon (and a probe's); rollbacks may shrink it below
   int64_t max_predict_steps = 64;  // the horizon grows on success up to this
 
-  // Predictor: "mean" | "regression" | "drift" (trajectory of the last recorded stretch) | "last" | "ema"
-  // (recent updates) | "dmd" (linear recurrence of updates) | "rssm" (learned dynamics).
+  // The update predictor, by its registry name (predictor_registry.h: mean, regression, drift,
+  // last, ema, dmd, rssm), and the values of its own options that differ from their defaults
+  // (e.g. {"drift_tstat", 2.5}); every key must be declared by a registered predictor.
   std::string predictor = "mean";
-  double drift_tstat = 3.0;        // drift predictor: |slope| / its standard error to continue it
-  double ema_beta = 0.9;           // ema predictor (and the direction the rssm scales)
-  int64_t dmd_history = 8;         // K: deltas kept per tensor
-  int64_t dmd_rank = 4;            // p: order of the linear recurrence fitted over them (< K)
-  double dmd_ridge = 1e-6;         // relative Tikhonov term of the K x K least squares
-  int64_t rssm_ensemble = 3;       // members; their spread is the predictor's uncertainty
-  int64_t rssm_hidden = 32;        // GRU state size
-  int64_t rssm_latent = 8;         // stochastic latent size
-  int64_t rssm_window = 16;        // truncated-BPTT window (recorded steps; >= 4, the least it trains on)
-  int64_t rssm_train_every = 4;    // one optimisation step of the model every n observations
-  double rssm_lr = 3e-3;
+  std::map<std::string, double> predictor_options;
+  // A predictor option's value: set here, else the default its predictor declares.
+  double predictor_option(const std::string& key) const;
   int64_t groups = 4;              // layer groups (contiguous runs of parameter tensors)
   uint64_t seed = 1234;            // the stochastic latent's generator
 
@@ -41,7 +35,8 @@ struct HybridOptions {
   // order stays plain mode's, and they are not yet trained on) after the 4th predicted step of
   // a phase, every verify_every steps and at the end of the phase. Either way a failed check
   // restores the last verified weights.
-  std::string verify = "holdout";
+  enum class Verify { Batch, Holdout };
+  Verify verify = Verify::Holdout;
   int64_t verify_every = 16;
   int64_t probe_batches = 2;       // training batches concatenated into the probe
   double tolerance = 0.0;          // accepted loss rise, relative to the last verified loss
@@ -61,13 +56,23 @@ struct HybridOptions {
 
   // Never slower: predict only while it lowers the loss faster per second than full steps.
   bool pay_check = true;           // off makes the schedule independent of wall-clock (tests)
+  // What the pay check's rates are per: Seconds (wall-clock: phase decisions then depend on the
+  // machine's load, so reruns can differ) or Steps (loss decrease per step: deterministic, and
+  // stricter, since a predicted step costs less than a real one but must lower the loss as much).
+  enum class Clock { Seconds, Steps };
+  Clock pay_check_clock = Clock::Seconds;
   double pay_margin = 1.0;         // predict phases must reach this fraction of the full rate
   int64_t reprobe_min = 32;        // full steps between probes when prediction does not pay
   int64_t reprobe_max = 512;       // the interval doubles after each failed probe up to this
 
   bool snapshot_on_host = true;    // rollback buffers in CPU memory when parameters are not
 
-  void validate() const;  // throws std::invalid_argument("HybridOptions.<field> ...")
+  void validate() const;  // throws OptionsError("HybridOptions.<field> ...")
 };
+
+HybridOptions::Verify parse_verify(const std::string& name);  // "batch" | "holdout"
+const char* to_string(HybridOptions::Verify verify);
+HybridOptions::Clock parse_clock(const std::string& name);    // "seconds" | "steps"
+const char* to_string(HybridOptions::Clock clock);
 
 }  // namespace ht

@@ -92,7 +92,7 @@ std::unique_ptr<UpdatePredictor> make_dmd_predictor(int64_t history, int64_t ran
 // (c) RSSM-lite: an ensemble of GRU + stochastic-latent models over TrainingFeatures that predicts
 // the loss change and per-group multipliers of the EMA update direction.
 std::unique_ptr<UpdatePredictor> make_rssm_predictor(const HybridOptions& options);
-// By options.predictor: "mean" | "regression" | "last" | "ema" | "dmd" | "rssm".
+// By options.predictor, through the registry (predictor_registry.h).
 std::unique_ptr<UpdatePredictor> make_update_predictor(const HybridOptions& options);
 
 // group[i] for tensor i: num_groups contiguous runs of near-equal length (fewer if fewer tensors).

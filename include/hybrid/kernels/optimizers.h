@@ -20,6 +20,10 @@ struct AdamWOptions {
   bool decay_matrices_only = true;  // GPT convention: no decay on biases and norm gains (dim < 2)
 };
 
+// Throws std::invalid_argument naming the first field out of range, e.g.
+// "AdamWOptions.beta1 = 1: must be in [0, 1)". make_adamw and the 8-bit AdamW call it.
+void validate(const AdamWOptions& options);
+
 struct SgdOptions {
   double lr = 0.1;
   double momentum = 0.9;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,10 @@ struct MemoryLevers {
   int64_t recompute_every = 1;  // Full: blocks 0, n, 2n, ... keep only their input
   AttentionKind attention = AttentionKind::Naive;
   TrainMode mode = TrainMode::Plain;
-  std::string predictor = "mean";  // hybrid.predictor: decides the predictor's state
-  int64_t dmd_history = 8;         // dmd predictor: weight deltas it keeps
+  // Hybrid mode: what the engine keeps for parameters of these element counts (snapshot, buffers,
+  // predictor). The models layer knows no predictors: the caller passes the hybrid layer's
+  // ht::hybrid_state_bytes bound to its options.
+  std::function<int64_t(const std::vector<int64_t>& numels)> hybrid_state_bytes;
   int64_t probe_batches = 2;       // hybrid.probe_batches: batches in the verification forward
   bool weight_average = false;     // train.average_decay > 0: one more copy of the parameters
   bool outer_momentum = false;     // Lookahead with lookahead.momentum > 0 (SNOO): one more copy
