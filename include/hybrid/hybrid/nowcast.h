@@ -73,11 +73,13 @@ class NowcastError : public std::runtime_error {
 constexpr int kNowcastContext = 5;  // states per prediction, taken every period / 5 steps
 
 struct NowcastOptions {
-  // Rows (scalars for WNN+, edges for NiNo) processed at once: bounds the workspace, about
-  // 1 KB per row (32 MiB at the default) whatever the model size.
+  // Rows (scalars for WNN+, edges for NiNo) processed at once: bounds the per-chunk workspace,
+  // ~1.5 KB per row (~50 MiB at the default) whatever the model size. NiNo also keeps 512 B of
+  // edge state per parameter for the whole prediction (nino.cpp says what else it keeps).
   int64_t chunk_rows = 1 << 15;
-  // NiNo: the Laplacian eigensolve is dense over the structurally distinct nodes of the neural
-  // graph (twin neurons are merged first; a 6 x 256 GPT has ~3.4k): refuse larger graphs.
+  // NiNo: the Laplacian eigensolve is dense (float64, O(n^3)) over the structurally distinct
+  // nodes of the neural graph (twin neurons merged first): ~1.2k nodes for the tiny GPT (< 1 s),
+  // ~3.5k for a 6 x 256 GPT (~30 s on 2 cores, once per model). Larger graphs are refused.
   int64_t max_eigen_nodes = 8192;
 };
 
