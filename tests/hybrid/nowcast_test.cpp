@@ -131,6 +131,29 @@ TEST(NowcastGraph, RepoModelsBuild) {
   EXPECT_EQ(at::isnan(g.lpe).sum().item<int64_t>(), 0);
 }
 
+// Hugging Face's "transformer." prefix changes nothing; a graph under 9 nodes gets zero-padded
+// Laplacian features and still predicts.
+TEST(NowcastGraph, PrefixedNamesAndTinyGraphs) {
+  Fixture f("gpt");
+  ht::NamedShapes prefixed;
+  for (const auto& p : f.spec.params) prefixed.emplace_back("transformer." + p.name, p.shape);
+  const auto a = ht::describe_neural_graph(f.spec);
+  const auto b = ht::describe_neural_graph(ht::nowcast_spec_gpt2(prefixed, f.spec.n_head));
+  EXPECT_TRUE(at::equal(a.src, b.src) && at::equal(a.dst, b.dst) && at::equal(a.lpe, b.lpe));
+
+  const auto tiny = ht::nowcast_spec_feedforward({{"fc.weight", {2, 3}}, {"fc.bias", {2}}});
+  EXPECT_EQ(ht::describe_neural_graph(tiny).nodes, 6);
+  std::vector<std::vector<at::Tensor>> states;
+  for (const auto& p : tiny.params) {
+    std::vector<at::Tensor> seq;
+    for (int t = 0; t < 5; ++t) seq.push_back(torch::full(p.shape, 0.1 * t) + torch::randn(p.shape));
+    states.push_back(seq);
+  }
+  for (const auto& out : ht::load_nino(kNino, tiny)->predict(states, 3)) {
+    EXPECT_EQ(at::isfinite(out).all().item<bool>(), true);
+  }
+}
+
 // Chunking and writing the prediction over the current weights change nothing.
 TEST(NowcastModel, ChunksAndInPlaceOutputGiveTheSameResult) {
   Fixture f("gpt");
