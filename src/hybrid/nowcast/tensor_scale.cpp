@@ -13,7 +13,11 @@ TensorScale tensor_scale(const std::vector<at::Tensor>& states, int64_t chunk) {
   const int64_t n = states.front().numel();
   const double total = static_cast<double>(n) * static_cast<double>(states.size());
   double sum = 0.0;
-  for (const auto& s : states) sum += at::sum(s, at::kDouble).item<double>();
+  for (const auto& s : states) {  // at::sum(s, kDouble) would first copy all of s to float64
+    for (int64_t a = 0; a < n; a += chunk) {
+      sum += s.narrow(0, a, std::min(chunk, n - a)).to(at::kDouble).sum().item<double>();
+    }
+  }
   TensorScale scale;
   scale.mean = sum / total;
   double sq = 0.0;
