@@ -62,6 +62,16 @@ Task fm16_task() {
   return t;
 }
 
+// GFLOP/s of the models' core operation ([32768, 128] x [128, 128] float), measured just before
+// each model: on a shared machine it shows how much of the CPU the figures next to it had.
+double calibration_gflops() {
+  const at::Tensor a = torch::randn({32768, 128}), b = torch::randn({128, 128});
+  at::Tensor c = at::mm(a, b);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) at::mm_out(c, a, b);
+  return 20 * 2.0 * 32768 * 128 * 128 / seconds_since(t0) / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,7 +80,7 @@ int main(int argc, char** argv) {
   std::string dump_lpe, which = "tiny,6x256,fm16";
   CLI::App app{"Times one WNN+ / NiNo prediction"};
   app.add_option("--threads", threads);
-  app.add_option("--repeats", repeats, "timed predictions per model (median reported)");
+  app.add_option("--repeats", repeats, "timed predictions per model after a warmup (median reported); 0: one cold run");
   app.add_option("--models", models_dir, "folder with nino_mlp / nino_no_posw.safetensors");
   app.add_option("--tasks", which, "comma list of tiny, 6x256, fm16, gpt2 (GPT-2 small: WNN+ only)");
   app.add_option("--dump-lpe", dump_lpe, "write each task's NiNo graph features to this folder");
@@ -110,6 +120,7 @@ int main(int argc, char** argv) {
                     task.name.c_str(), params * 512.0 / (1 << 30));
         continue;
       }
+      const double gflops = calibration_gflops();
       const int64_t before = ht::allocator_stats().current_bytes;
       ht::reset_peak_bytes();
       const auto t0 = Clock::now();
@@ -120,22 +131,24 @@ int main(int argc, char** argv) {
       const int64_t resident = ht::allocator_stats().current_bytes - before;
       std::vector<double> times;
       int64_t peak = 0;
-      for (int r = 0; r < repeats + 1; ++r) {  // the first is a warmup
+      // A warmup first, unless --repeats 0: then the single (cold) run is the figure.
+      for (int r = 0; r < repeats + 1; ++r) {
         const int64_t base = ht::allocator_stats().current_bytes;
         ht::reset_peak_bytes();
         const auto t1 = Clock::now();
         model->predict(states, 40, out);
-        if (r > 0) times.push_back(seconds_since(t1));
+        if (r > 0 || repeats == 0) times.push_back(seconds_since(t1));
         peak = std::max(peak, ht::allocator_stats().peak_bytes - base);
       }
       std::sort(times.begin(), times.end());
       std::printf("%-15s %-5s params %9lld  graph %7lld nodes %9lld edges  setup %7.2f s "
                   "(peak %8.1f MiB, kept %7.1f MiB)  predict %7.3f s (median of %d)  "
-                  "workspace peak %8.1f MiB\n",
+                  "workspace peak %8.1f MiB  [gemm %.0f GFLOP/s]\n",
                   task.name.c_str(), model->name().c_str(), static_cast<long long>(params),
                   static_cast<long long>(model->graph_nodes()),
                   static_cast<long long>(model->graph_edges()), setup_s, mib(setup_peak),
-                  mib(resident), times[times.size() / 2], repeats, mib(peak));
+                  mib(resident), times[times.size() / 2],
+                  static_cast<int>(times.size()), mib(peak), gflops);
       std::fflush(stdout);
     }
     if (!dump_lpe.empty()) {
