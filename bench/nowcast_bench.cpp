@@ -1,5 +1,5 @@
-// Cost of one weight-nowcasting prediction (WNN+, NiNo): setup (weights, neural graph, Laplacian
-// features) and per-prediction time and peak tensor workspace, on the tiny GPT, a 6 x 256 GPT and FM-16.
+// Cost of one weight-nowcasting prediction (WNN+, NiNo): setup (weights, graph, Laplacian), time
+// and peak tensor workspace per prediction, on the tiny GPT, a 6 x 256 GPT and FM-16.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,7 +53,7 @@ Task gpt_task(const std::string& name, int64_t layers, int64_t heads, int64_t wi
 
 // NiNo's FM-16 task: convs 1->16 (stride 2), 16->32, 32->32 (3x3), global average pooling, 32->10.
 Task fm16_task() {
-  const ht::NamedShapes shapes = {{"fc.0.weight", {16, 1, 3, 3}}, {"fc.0.bias", {16}},
+  const ht::NamedShapes shapes = {{"fc.0.weight", {16, 1, 3, 3}},  {"fc.0.bias", {16}},
                                   {"fc.2.weight", {32, 16, 3, 3}}, {"fc.2.bias", {32}},
                                   {"fc.4.weight", {32, 32, 3, 3}}, {"fc.4.bias", {32}},
                                   {"fc.8.weight", {10, 32}},       {"fc.8.bias", {10}}};
@@ -80,9 +80,11 @@ int main(int argc, char** argv) {
   std::string dump_lpe, which = "tiny,6x256,fm16";
   CLI::App app{"Times one WNN+ / NiNo prediction"};
   app.add_option("--threads", threads);
-  app.add_option("--repeats", repeats, "timed predictions per model after a warmup (median reported); 0: one cold run");
+  app.add_option("--repeats", repeats,
+                 "timed predictions per model after a warmup (median reported); 0: one cold run");
   app.add_option("--models", models_dir, "folder with nino_mlp / nino_no_posw.safetensors");
-  app.add_option("--tasks", which, "comma list of tiny, 6x256, fm16, gpt2 (GPT-2 small: WNN+ only)");
+  app.add_option("--tasks", which,
+                 "comma list of tiny, 6x256, fm16, gpt2 (GPT-2 small: WNN+ only)");
   app.add_option("--dump-lpe", dump_lpe, "write each task's NiNo graph features to this folder");
   CLI11_PARSE(app, argc, argv);
 
@@ -141,22 +143,22 @@ int main(int argc, char** argv) {
         peak = std::max(peak, ht::allocator_stats().peak_bytes - base);
       }
       std::sort(times.begin(), times.end());
-      std::printf("%-15s %-5s params %9lld  graph %7lld nodes %9lld edges  setup %7.2f s "
-                  "(peak %8.1f MiB, kept %7.1f MiB)  predict %7.3f s (median of %d)  "
-                  "workspace peak %8.1f MiB  [gemm %.0f GFLOP/s]\n",
-                  task.name.c_str(), model->name().c_str(), static_cast<long long>(params),
-                  static_cast<long long>(model->graph_nodes()),
-                  static_cast<long long>(model->graph_edges()), setup_s, mib(setup_peak),
-                  mib(resident), times[times.size() / 2],
-                  static_cast<int>(times.size()), mib(peak), gflops);
+      std::printf(
+          "%-15s %-5s params %9lld  graph %7lld nodes %9lld edges  setup %7.2f s "
+          "(peak %8.1f MiB, kept %7.1f MiB)  predict %7.3f s (median of %d)  "
+          "workspace peak %8.1f MiB  [gemm %.0f GFLOP/s]\n",
+          task.name.c_str(), model->name().c_str(), static_cast<long long>(params),
+          static_cast<long long>(model->graph_nodes()),
+          static_cast<long long>(model->graph_edges()), setup_s, mib(setup_peak), mib(resident),
+          times[times.size() / 2], static_cast<int>(times.size()), mib(peak), gflops);
       std::fflush(stdout);
     }
     if (!dump_lpe.empty()) {
       const auto g = ht::describe_neural_graph(task.spec);
-      ht::save_safetensors(dump_lpe + "/" + task.name + ".safetensors",
-                           {{"lpe", g.lpe}, {"degree", g.degree}, {"src", g.src}, {"dst", g.dst}},
-                           {{"nodes", std::to_string(g.nodes)},
-                            {"eigen_nodes", std::to_string(g.eigen_nodes)}});
+      ht::save_safetensors(
+          dump_lpe + "/" + task.name + ".safetensors",
+          {{"lpe", g.lpe}, {"degree", g.degree}, {"src", g.src}, {"dst", g.dst}},
+          {{"nodes", std::to_string(g.nodes)}, {"eigen_nodes", std::to_string(g.eigen_nodes)}});
       std::printf("%-15s graph features written (%lld nodes, eigensolve on %lld)\n",
                   task.name.c_str(), static_cast<long long>(g.nodes),
                   static_cast<long long>(g.eigen_nodes));

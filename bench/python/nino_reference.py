@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # An independent Python implementation of the WNN+ and NiNo weight-nowcasting models (inference):
-# neural-graph construction, Laplacian node features, both forwards. The C++ port is tested against it.
+# graph construction, Laplacian node features, both forwards. The C++ port is tested against it.
 #
 # Written from the papers (Knyazev et al., ICLR 2025; Jang et al., ICML 2023) and a reading of the
 # authors' public code (SamsungSAILMontreal/nino); it shares no code with either. Plain torch only:
@@ -96,7 +96,7 @@ def _gpt_prefix(names):
 
 
 def spec_gpt2(named_shapes, n_head):
-    """GPT-2 with Hugging Face names (optionally prefixed, e.g. 'transformer.') and Conv1D [in, out]."""
+    """GPT-2 with Hugging Face names (maybe prefixed, e.g. 'transformer.'), Conv1D [in, out]."""
     named_shapes = [(n, tuple(int(s) for s in shape)) for n, shape in named_shapes]
     prefix = _gpt_prefix([n for n, _ in named_shapes])
     params = []
@@ -235,8 +235,9 @@ class NeuralGraph:
                       "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"):
                 expected.add(f"{prefix}h.{i}.{n}")
         if set(shapes) != expected:
-            raise ValueError(f"not a GPT-2 parameter set: missing {sorted(expected - set(shapes))}, "
-                             f"unexpected {sorted(set(shapes) - expected)}")
+            missing, unexpected = sorted(expected - set(shapes)), sorted(set(shapes) - expected)
+            raise ValueError(f"not a GPT-2 parameter set: missing {missing}, "
+                             f"unexpected {unexpected}")
 
         # Node layout (the numbering the authors' construction produces): the nodes that feed a
         # residual stream (bias, norm, key-bias nodes) come just before it.
@@ -270,8 +271,10 @@ class NeuralGraph:
             self._dense(b["ln1b"], b["x"], BIAS, name=nm(i, "ln_1.bias"),
                         to_edges=_vec_to_edges, from_edges=_vec_from_edges)
             w, bias = nm(i, "attn.c_attn.weight"), nm(i, "attn.c_attn.bias")
-            for j, (etype, bias_node) in enumerate(((ATTN_Q, "qb"), (ATTN_K, "kb"), (ATTN_V, "vb"))):
-                to_w = (lambda s, j=j: s[:, :, j * C:(j + 1) * C].permute(1, 2, 0).reshape(-1, 1, CTX))
+            parts = ((ATTN_Q, "qb"), (ATTN_K, "kb"), (ATTN_V, "vb"))
+            for j, (etype, bias_node) in enumerate(parts):
+                to_w = (lambda s, j=j:
+                        s[:, :, j * C:(j + 1) * C].permute(1, 2, 0).reshape(-1, 1, CTX))
                 to_b = (lambda s, j=j: s[:, j * C:(j + 1) * C].t().reshape(-1, 1, CTX))
                 if etype == ATTN_K:
                     # key weights point from the query neurons back to the stream (edge (r, o)
@@ -285,7 +288,8 @@ class NeuralGraph:
                     self._dense(b["x"], neurons, etype, name=w + f"#{j}", to_edges=to_w,
                                 from_edges=_part_from(j, C))
                     for h in range(H):  # one node per head, tying the head's neurons together
-                        self._dense(b["heads"][h:h + 1], neurons[h * d:(h + 1) * d], HEAD, const=1.0)
+                        self._dense(b["heads"][h:h + 1], neurons[h * d:(h + 1) * d], HEAD,
+                                    const=1.0)
                 stream = {ATTN_Q: b["q"], ATTN_K: b["x"], ATTN_V: b["v"]}[etype]
                 self._dense(b[bias_node], stream, BIAS, name=bias + f"#{j}", to_edges=to_b,
                             from_edges=_part_from(j, C, bias=True))
@@ -473,7 +477,8 @@ class WNNPlus:
 
     def forward(self, x, types, k):  # x [n, 5], types [n] -> [n] normalised prediction
         w = self.w
-        h = x @ w["edge_proj.fc.0.weight"].t() + w["edge_proj.fc.0.bias"] + w["layer_embed.weight"][types]
+        h = (x @ w["edge_proj.fc.0.weight"].t() + w["edge_proj.fc.0.bias"]
+             + w["layer_embed.weight"][types])
         for i in (0, 2, 4):
             h = F.silu(h @ w[f"edge_mlp.fc.{i}.weight"].t() + w[f"edge_mlp.fc.{i}.bias"])
         out = h @ w["edge_mlp.fc.6.weight"][k - 1] + w["edge_mlp.fc.6.bias"][k - 1]
@@ -524,8 +529,8 @@ class NiNo:
             x = lin(lin(torch.cat([x, agg], 1), c + ".post_nns.0.0"), c + ".lin")
             x = F.silu(x)
             u = f"gnn.edge_update.{i}"
-            e = lin(F.silu(lin(e, u + ".lin_e") + lin(x, u + ".lin_s")[src] + lin(x, u + ".lin_t")[dst]),
-                    u + ".lin1")
+            u_in = lin(e, u + ".lin_e") + lin(x, u + ".lin_s")[src] + lin(x, u + ".lin_t")[dst]
+            e = lin(F.silu(u_in), u + ".lin1")
         h = F.silu(lin(e, "edge_out.fc.0"))
         rows = [f * self.horizons + k - 1 for f in range(feat)]
         out = h @ w["edge_out.fc.2.weight"][rows].t() + w["edge_out.fc.2.bias"][rows]

@@ -38,9 +38,9 @@ struct Fixture {
   std::vector<std::vector<at::Tensor>> states;  // [param][5]
 
   explicit Fixture(const std::string& tag) {
-    t = ht::load_safetensors(std::string(HT_SOURCE_DIR) + "/tests/hybrid/fixtures/nowcast_" +
-                                 tag + ".safetensors",
-                             &meta);
+    t = ht::load_safetensors(
+        std::string(HT_SOURCE_DIR) + "/tests/hybrid/fixtures/nowcast_" + tag + ".safetensors",
+        &meta);
     names = split(meta.at("params"));
     ht::NamedShapes shapes;
     for (const auto& n : names) {
@@ -126,8 +126,8 @@ TEST(NowcastGraph, RepoModelsBuild) {
   const auto g = ht::describe_neural_graph(s);
   // params as edges (c_attn once), + per block 2 x n_head x head_dim head edges, 2 x C residual
   // edges, + one self-loop per node.
-  EXPECT_EQ(g.edges, ht::count_parameters(gpt) + c.n_layer * (2 * c.n_embd + 2 * c.n_embd) +
-                         g.nodes);
+  EXPECT_EQ(g.edges,
+            ht::count_parameters(gpt) + c.n_layer * (2 * c.n_embd + 2 * c.n_embd) + g.nodes);
   EXPECT_EQ(at::isnan(g.lpe).sum().item<int64_t>(), 0);
 }
 
@@ -146,7 +146,8 @@ TEST(NowcastGraph, PrefixedNamesAndTinyGraphs) {
   std::vector<std::vector<at::Tensor>> states;
   for (const auto& p : tiny.params) {
     std::vector<at::Tensor> seq;
-    for (int t = 0; t < 5; ++t) seq.push_back(torch::full(p.shape, 0.1 * t) + torch::randn(p.shape));
+    for (int t = 0; t < 5; ++t)
+      seq.push_back(torch::full(p.shape, 0.1 * t) + torch::randn(p.shape));
     states.push_back(seq);
   }
   for (const auto& out : ht::load_nino(kNino, tiny)->predict(states, 3)) {
@@ -180,9 +181,12 @@ TEST(NowcastModel, ChunksAndInPlaceOutputGiveTheSameResult) {
 // larger horizon.
 TEST(NowcastModel, PredictionFollowsALinearTrend) {
   torch::manual_seed(0);
-  const auto spec = ht::nowcast_spec_feedforward({{"fc1.weight", {24, 49}}, {"fc1.bias", {24}},
-                                                  {"fc2.weight", {16, 24}}, {"fc2.bias", {16}},
-                                                  {"fc3.weight", {10, 16}}, {"fc3.bias", {10}}});
+  const auto spec = ht::nowcast_spec_feedforward({{"fc1.weight", {24, 49}},
+                                                  {"fc1.bias", {24}},
+                                                  {"fc2.weight", {16, 24}},
+                                                  {"fc2.bias", {16}},
+                                                  {"fc3.weight", {10, 16}},
+                                                  {"fc3.bias", {10}}});
   std::vector<std::vector<at::Tensor>> states;
   std::vector<at::Tensor> velocity;
   for (const auto& p : spec.params) {
@@ -230,12 +234,13 @@ std::string error_of(F&& f) {
 
 TEST(NowcastErrors, WeightFiles) {
   const Fixture f("mlp");
-  EXPECT_NE(error_of([&] { ht::load_wnn_plus("/nonexistent/nino_mlp.safetensors", f.spec); })
-                .find("models/nino/nino_mlp.safetensors"),
+  EXPECT_NE(error_of([&] {
+              ht::load_wnn_plus("/nonexistent/nino_mlp.safetensors", f.spec);
+            }).find("models/nino/nino_mlp.safetensors"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { ht::load_nino(kModels + "missing.safetensors", f.spec); })
-                .find("no file"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { ht::load_nino(kModels + "missing.safetensors", f.spec); }).find("no file"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { ht::load_wnn_plus(kNino, f.spec); }).find("load_nino"),
             std::string::npos);
   EXPECT_NE(error_of([&] { ht::load_nino(kWnn, f.spec); }).find("load_wnn_plus"),
@@ -257,15 +262,16 @@ TEST(NowcastErrors, WeightFiles) {
                                [](const auto& p) { return p.first == "layer_embed.weight"; }),
                 changed.end());
   ht::save_safetensors(dir.file("missing.safetensors"), changed);
-  EXPECT_NE(error_of([&] { ht::load_wnn_plus(dir.file("missing.safetensors"), f.spec); })
-                .find("'layer_embed.weight' is missing"),
+  EXPECT_NE(error_of([&] {
+              ht::load_wnn_plus(dir.file("missing.safetensors"), f.spec);
+            }).find("'layer_embed.weight' is missing"),
             std::string::npos);
   std::FILE* junk = std::fopen(dir.file("junk.safetensors").c_str(), "wb");
   std::fputs("not a safetensors file", junk);
   std::fclose(junk);
-  EXPECT_NE(error_of([&] { ht::load_nino(dir.file("junk.safetensors"), f.spec); })
-                .find("header length"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { ht::load_nino(dir.file("junk.safetensors"), f.spec); }).find("header length"),
+      std::string::npos);
 }
 
 TEST(NowcastErrors, Inputs) {
@@ -277,13 +283,15 @@ TEST(NowcastErrors, Inputs) {
             std::string::npos);
   auto four = f.states;
   four[2].pop_back();
-  EXPECT_NE(error_of([&] { model->predict(four, 1); })
-                .find("4 states given for 'fc2.weight'; wnn+ takes the last 5"),
+  EXPECT_NE(error_of([&] {
+              model->predict(four, 1);
+            }).find("4 states given for 'fc2.weight'; wnn+ takes the last 5"),
             std::string::npos);
   auto bad_shape = f.states;
   bad_shape[0][3] = at::zeros({24, 48});
-  EXPECT_NE(error_of([&] { model->predict(bad_shape, 1); })
-                .find("state 3 of 'fc1.weight' has shape [24, 48] but the spec says [24, 49]"),
+  EXPECT_NE(error_of([&] {
+              model->predict(bad_shape, 1);
+            }).find("state 3 of 'fc1.weight' has shape [24, 48] but the spec says [24, 49]"),
             std::string::npos);
   auto fewer = f.states;
   fewer.pop_back();
@@ -296,7 +304,9 @@ TEST(NowcastErrors, Inputs) {
 }
 
 TEST(NowcastErrors, Specs) {
-  EXPECT_NE(error_of([] { ht::nowcast_spec_gpt2({{"wte.weight", {8, 4}}}, 0); }).find("n_head"),
+  EXPECT_NE(error_of([] {
+              ht::nowcast_spec_gpt2({{"wte.weight", {8, 4}}}, 0);
+            }).find("n_head"),
             std::string::npos);
   // Layers listed out of order: fc2 takes 24 inputs but follows a 10-output layer.
   const auto shuffled = ht::nowcast_spec_feedforward(

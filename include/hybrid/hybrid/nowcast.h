@@ -1,5 +1,5 @@
-// Weight nowcasting with pretrained models: from the last 5 recorded states of every parameter,
-// predict the weights k recording intervals ahead (NiNo, Knyazev et al. ICLR 2025; WNN+, after Jang et al. ICML 2023).
+// Weight nowcasting with pretrained models (NiNo, Knyazev et al. ICLR 2025; WNN+, after Jang et
+// al. ICML 2023): from the last 5 states of every parameter, predict its weights k intervals ahead.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +20,18 @@ namespace ht {
 // NiNo's parameter (edge) types: the row of the models' 15-row type embedding each scalar uses.
 enum class ParamKind : int {
   kPadding = 0,
-  kLinear = 1,             // fully connected weight (torch Linear [out, in], GPT-2 Conv1D [in, out])
-  kBias = 2,               // biases and any other 1-D parameter that is not a norm gain
-  kConv = 3,               // conv kernel [out, in, kh, kw]
-  kNorm = 4,               // LayerNorm / BatchNorm weight
-  kWordEmbedding = 5,      // wte [vocab, C]
+  kLinear = 1,         // fully connected weight (torch Linear [out, in], GPT-2 Conv1D [in, out])
+  kBias = 2,           // biases and any other 1-D parameter that is not a norm gain
+  kConv = 3,           // conv kernel [out, in, kh, kw]
+  kNorm = 4,           // LayerNorm / BatchNorm weight
+  kWordEmbedding = 5,  // wte [vocab, C]
   kPositionEmbedding = 6,  // wpe [positions, C]
   kAttnQuery = 7,
   kAttnKey = 8,
   kAttnValue = 9,
-  kResidual = 10,          // graph only: fixed identity edges (residuals, our CNN flatten)
-  kAttnHead = 11,          // graph only: head node -> that head's q / v neurons
-  kSelfLoop = 13,          // graph only
+  kResidual = 10,  // graph only: fixed identity edges (residuals, our CNN flatten)
+  kAttnHead = 11,  // graph only: head node -> that head's q / v neurons
+  kSelfLoop = 13,  // graph only
   // Not an edge type: GPT-2's fused input projection c_attn.weight [C, 3C]; its column thirds
   // are kAttnQuery | kAttnKey | kAttnValue.
   kAttnQKV = 100,
@@ -86,7 +86,7 @@ struct NowcastOptions {
 class NowcastModel {
  public:
   virtual ~NowcastModel() = default;
-  virtual std::string name() const = 0;  // "wnn+" or "nino"
+  virtual std::string name() const = 0;     // "wnn+" or "nino"
   virtual int64_t max_horizon() const = 0;  // 40 for the released models
   const NowcastSpec& spec() const { return spec_; }
 

@@ -91,8 +91,8 @@ std::vector<at::Tensor> canonical_basis(const at::Tensor& lifted, bool twin_spac
                                         const Quotient& q, const at::Tensor& inv_size_per_node,
                                         int64_t count) {
   const int64_t n = lifted.size(0);
-  at::Tensor diag = lifted.size(1) > 0 ? lifted.pow(2).sum(1)
-                                       : at::zeros({n}, lifted.options());  // P_vv [N]
+  at::Tensor diag =
+      lifted.size(1) > 0 ? lifted.pow(2).sum(1) : at::zeros({n}, lifted.options());  // P_vv [N]
   if (twin_space) diag = diag + (1.0 - inv_size_per_node);
   const at::Tensor row_norm = diag.clamp_min(0).sqrt();
   const double thr = kPivotTol * row_norm.max().item<double>();
@@ -100,7 +100,8 @@ std::vector<at::Tensor> canonical_basis(const at::Tensor& lifted, bool twin_spac
   std::vector<at::Tensor> basis;
   for (int64_t v = 0; v < n && static_cast<int64_t>(basis.size()) < count; ++v) {
     if (rn[v] <= thr) continue;
-    at::Tensor g = lifted.size(1) > 0 ? at::mv(lifted, lifted[v]) : at::zeros({n}, lifted.options());
+    at::Tensor g =
+        lifted.size(1) > 0 ? at::mv(lifted, lifted[v]) : at::zeros({n}, lifted.options());
     if (twin_space) {  // (I - class averaging) e_v
       const auto& mem = q.members[q.cls[v]];
       const double inv = 1.0 / static_cast<double>(mem.size());
@@ -131,7 +132,8 @@ LaplacianFeatures laplacian_features(const NeuralGraph& graph, int64_t dim,
   if (m > max_eigen_nodes) {
     throw NowcastError("nowcast: NiNo's neural graph for this model has " + std::to_string(m) +
                        " structurally distinct nodes; the dense eigensolve for its Laplacian "
-                       "features would take ~" + std::to_string(m * m * 8 / (1 << 20)) +
+                       "features would take ~" +
+                       std::to_string(m * m * 8 / (1 << 20)) +
                        " MiB and O(n^3) time. Raise NowcastOptions::max_eigen_nodes (now " +
                        std::to_string(max_eigen_nodes) + ") or use WNN+ (load_wnn_plus)");
   }
@@ -208,7 +210,8 @@ LaplacianFeatures laplacian_features(const NeuralGraph& graph, int64_t dim,
 
   LaplacianFeatures out;
   at::Tensor pe = at::zeros({n, dim}, f64);
-  for (int64_t c = 1; c < static_cast<int64_t>(vecs.size()); ++c) pe.select(1, c - 1).copy_(vecs[c]);
+  for (int64_t c = 1; c < static_cast<int64_t>(vecs.size()); ++c)
+    pe.select(1, c - 1).copy_(vecs[c]);
   out.pe = pe.to(at::kFloat);
   out.degree = at::tensor(q.degree, at::TensorOptions().dtype(at::kLong));
   out.eigen_nodes = m;

@@ -89,7 +89,8 @@ void build_feedforward(Builder& b, const NowcastSpec& spec) {
       layers.back().extras.push_back(i);
     } else if (p.shape.size() == 2 || p.shape.size() == 4) {
       if (p.kind == ParamKind::kAttnQKV) {
-        throw NowcastError("nowcast graph: '" + p.name + "' is a fused q|k|v weight; use the "
+        throw NowcastError("nowcast graph: '" + p.name +
+                           "' is a fused q|k|v weight; use the "
                            "GPT-2 family (nowcast_spec_gpt2)");
       }
       layers.push_back({i, {}});
@@ -136,7 +137,8 @@ void build_feedforward(Builder& b, const NowcastSpec& spec) {
     const int64_t out = b.alloc(n_out);
     const int64_t type = edge_type(w.kind, w);
     if (conv) {
-      const int64_t k = w.shape[2] * w.shape[3];  // [out, in, kh, kw]: (o, i, f) at (o*in + i)*k + f
+      const int64_t k =
+          w.shape[2] * w.shape[3];  // [out, in, kh, kw]: (o, i, f) at (o*in + i)*k + f
       b.weight(prev, n_in, out, n_out, type, layer.weight, 0, k, n_in * k, k);
     } else {  // [out, in]: (o, i) at o*in + i
       b.weight(prev, n_in, out, n_out, type, layer.weight, 0, 1, n_in);
@@ -169,16 +171,17 @@ void build_gpt2(Builder& b, const NowcastSpec& spec) {
     }
   }
   if (!found) {
-    throw NowcastError("nowcast graph: GPT-2 spec without 'wte.weight' (expected Hugging Face "
-                       "GPT-2 names: wte, wpe, h.{i}.ln_1, attn.c_attn, attn.c_proj, ln_2, "
-                       "mlp.c_fc, mlp.c_proj, ln_f)");
+    throw NowcastError(
+        "nowcast graph: GPT-2 spec without 'wte.weight' (expected Hugging Face "
+        "GPT-2 names: wte, wpe, h.{i}.ln_1, attn.c_attn, attn.c_proj, ln_2, "
+        "mlp.c_fc, mlp.c_proj, ln_f)");
   }
   int64_t L = 0;
   while (index.count(prefix + "h." + std::to_string(L) + ".ln_1.weight")) ++L;
-  static const char* kBlock[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+  static const char* kBlock[] = {"ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
                                  "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-                                 "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                                 "mlp.c_proj.weight", "mlp.c_proj.bias"};
+                                 "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                                 "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
   std::set<std::string> expected;
   for (const char* n : {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"}) {
     expected.insert(prefix + n);
@@ -283,8 +286,8 @@ void build_gpt2(Builder& b, const NowcastSpec& spec) {
     for (int64_t hd = 0; hd < H; ++hd) b.fixed(n.heads + hd, 1, n.v + hd * d, d, kHead, 1, 0);
     b.vector(n.vb, n.v, C, bias_type, bias, 2 * C);
     b.fixed(n.x, C, n.xm, C, kRes, 1, 1);
-    b.weight(n.v, C, n.xm, C, type(h + "attn.c_proj.weight"), idx(h + "attn.c_proj.weight"), 0,
-             C, 1);
+    b.weight(n.v, C, n.xm, C, type(h + "attn.c_proj.weight"), idx(h + "attn.c_proj.weight"), 0, C,
+             1);
     b.vector(n.apb, n.xm, C, type(h + "attn.c_proj.bias"), idx(h + "attn.c_proj.bias"));
     b.vector(n.ln2w, n.xm, C, type(h + "ln_2.weight"), idx(h + "ln_2.weight"));
     b.vector(n.ln2b, n.xm, C, type(h + "ln_2.bias"), idx(h + "ln_2.bias"));
@@ -292,8 +295,8 @@ void build_gpt2(Builder& b, const NowcastSpec& spec) {
              4 * C, 1);
     b.vector(n.fcb, n.hid, 4 * C, type(h + "mlp.c_fc.bias"), idx(h + "mlp.c_fc.bias"));
     b.fixed(n.xm, C, x_next, C, kRes, 1, 1);  // the MLP's residual
-    b.weight(n.hid, 4 * C, x_next, C, type(h + "mlp.c_proj.weight"),
-             idx(h + "mlp.c_proj.weight"), 0, C, 1);
+    b.weight(n.hid, 4 * C, x_next, C, type(h + "mlp.c_proj.weight"), idx(h + "mlp.c_proj.weight"),
+             0, C, 1);
     b.vector(n.mpb, x_next, C, type(h + "mlp.c_proj.bias"), idx(h + "mlp.c_proj.bias"));
   }
   b.vector(lnfw, x_final, C, type("ln_f.weight"), idx("ln_f.weight"));
@@ -351,7 +354,8 @@ at::Tensor feature_rows(const NeuralGraph& graph, const std::vector<int64_t>& pa
     if (b.param >= 0) {
       at::Tensor i, o;
       block_indices(b, i, o);
-      const at::Tensor base = i * b.stride_row + o * b.stride_col + (param_offsets[b.param] + b.elem0);
+      const at::Tensor base =
+          i * b.stride_row + o * b.stride_col + (param_offsets[b.param] + b.elem0);
       for (int64_t f = 0; f < b.kernel; ++f) rows.select(1, f).copy_(base + f);
       covered += b.count() * b.kernel;
     } else {

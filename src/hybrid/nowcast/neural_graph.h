@@ -33,8 +33,8 @@ struct EdgeBlock {
 struct NeuralGraph {
   int64_t nodes = 0;
   int64_t edges = 0;
-  int64_t features = 1;            // per edge: the largest conv kernel (9 for 3x3), else 1
-  std::vector<EdgeBlock> blocks;   // in edge order; the self-loops come last
+  int64_t features = 1;           // per edge: the largest conv kernel (9 for 3x3), else 1
+  std::vector<EdgeBlock> blocks;  // in edge order; the self-loops come last
 };
 
 // Throws NowcastError naming the parameter and the fix when the spec does not fit its family.

@@ -1,6 +1,9 @@
-// The NiNo GNN on a model's neural graph: node inputs are Laplacian features, edge inputs the 5
-// normalised states (x 9 kernel values); message passing with edge-modulated messages and edge
-// updates; each edge decodes its horizon-k change, added to its last normalised state.
+// The NiNo GNN on a model's neural graph: Laplacian node features, 5 normalised states per edge,
+// message passing with edge updates; each edge decodes its change at horizon k.
+//
+// Edge inputs are the 5 states (x 9 values for conv kernels); messages are modulated by the edge
+// states, which are then updated from their end nodes; the decoded change is added to the edge's
+// last normalised state.
 //
 // Memory, with E edges (~ the parameter count) and P parameters: the edge states [E, 128] float
 // (512 B/edge), src/dst/type (24 B/edge) and the feature rows (8 B/edge x features, 9 for 3x3
@@ -107,7 +110,7 @@ class NiNo final : public NowcastModel {
     // node update only for i < layers - 1, so the last layer's node update is skipped.
     at::Tensor x = x0_;
     for (const Layer& l : layers_) {
-      const at::Tensor target = at::mm(x, l.pre_target.t());            // [N, h]
+      const at::Tensor target = at::mm(x, l.pre_target.t());              // [N, h]
       const at::Tensor source = at::addmm(l.pre_b, x, l.pre_source.t());  // [N, h]
       at::Tensor agg = at::zeros({graph_.nodes, h}, at::kFloat);
       for (int64_t a = 0; a < E; a += chunk_) {
@@ -142,8 +145,8 @@ class NiNo final : public NowcastModel {
     for (int64_t a = 0; a < E; a += chunk_) {
       const int64_t m = std::min(chunk_, E - a);
       const at::Tensor hid = silu_inplace(at::addmm(out0_b_, e.narrow(0, a, m), out0_w_.t()));
-      const at::Tensor pred = features(a, m).select(2, kNowcastContext - 1) +
-                              at::addmm(b_k, hid, w_k.t());  // [m, F]
+      const at::Tensor pred =
+          features(a, m).select(2, kNowcastContext - 1) + at::addmm(b_k, hid, w_k.t());  // [m, F]
       const at::Tensor rows = rows_.narrow(0, a, m);
       const at::Tensor is_param = rows < total_;
       pred_norm.index_put_({rows.masked_select(is_param)}, pred.masked_select(is_param));
@@ -160,11 +163,13 @@ class NiNo final : public NowcastModel {
   void load_weights(const std::string& path) {
     const nowcast::WeightFile f(path, "NiNo", "models/nino/nino_no_posw.safetensors");
     if (!f.has("gnn.convs.0.lin.weight") && f.has("edge_mlp.fc.0.weight")) {
-      throw NowcastError("NiNo weights '" + path + "' hold WNN+ (no graph); load them with "
+      throw NowcastError("NiNo weights '" + path +
+                         "' hold WNN+ (no graph); load them with "
                          "load_wnn_plus, or pass models/nino/nino_no_posw.safetensors here");
     }
     if (f.has("wte_pos_enc_layer.weight")) {
-      throw NowcastError("NiNo weights '" + path + "' use word-position encodings "
+      throw NowcastError("NiNo weights '" + path +
+                         "' use word-position encodings "
                          "(wte_pos_enc), which are tied to GPT-2's tokenizer and not supported "
                          "here; use models/nino/nino_no_posw.safetensors");
     }

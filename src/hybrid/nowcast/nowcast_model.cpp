@@ -18,9 +18,10 @@ std::string shape_str(at::IntArrayRef shape) {
 void check_tensor(const at::Tensor& t, const NowcastParam& p, const std::string& what) {
   if (!t.defined()) throw NowcastError("nowcast: " + what + " of '" + p.name + "' is undefined");
   if (!t.device().is_cpu() || t.scalar_type() != at::kFloat) {
-    throw NowcastError("nowcast: " + what + " of '" + p.name + "' must be a float32 CPU tensor, "
-                       "got " + std::string(c10::toString(t.scalar_type())) + " on " +
-                       t.device().str());
+    throw NowcastError("nowcast: " + what + " of '" + p.name +
+                       "' must be a float32 CPU tensor, "
+                       "got " +
+                       std::string(c10::toString(t.scalar_type())) + " on " + t.device().str());
   }
   if (t.sizes() != at::IntArrayRef(p.shape)) {
     throw NowcastError("nowcast: " + what + " of '" + p.name + "' has shape " +
@@ -36,13 +37,16 @@ void NowcastModel::predict(const std::vector<std::vector<at::Tensor>>& states, i
   const auto& params = spec_.params;
   if (states.size() != params.size() || out.size() != params.size()) {
     throw NowcastError("nowcast: got states for " + std::to_string(states.size()) +
-                       " tensors and " + std::to_string(out.size()) + " outputs, but the model "
-                       "was built for " + std::to_string(params.size()) +
+                       " tensors and " + std::to_string(out.size()) +
+                       " outputs, but the model "
+                       "was built for " +
+                       std::to_string(params.size()) +
                        " parameters (one entry per spec().params, in that order)");
   }
   if (k < 1 || k > max_horizon()) {
     throw NowcastError("nowcast: horizon k = " + std::to_string(k) + " is outside 1.." +
-                       std::to_string(max_horizon()) + " (k counts recording intervals of "
+                       std::to_string(max_horizon()) +
+                       " (k counts recording intervals of "
                        "period / 5 steps ahead; 1 = the next one)");
   }
   for (size_t i = 0; i < params.size(); ++i) {

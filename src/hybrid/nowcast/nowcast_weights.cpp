@@ -1,4 +1,5 @@
-// Weight-file checks for WNN+ and NiNo (the project's safetensors reader does the parsing).
+// Weight-file checks for WNN+ and NiNo: the project's safetensors reader parses, this file says
+// which tensor is missing or misshapen and which released file to use instead.
 #include "nowcast_weights.h"
 
 #include <filesystem>

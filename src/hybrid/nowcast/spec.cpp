@@ -10,7 +10,8 @@ namespace ht {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -53,8 +54,10 @@ NowcastSpec nowcast_spec_feedforward(const NamedShapes& params) {
 
 NowcastSpec nowcast_spec_gpt2(const NamedShapes& params, int64_t n_head) {
   if (n_head < 1) {
-    throw NowcastError("nowcast spec: GPT-2 needs its number of attention heads (n_head >= 1, "
-                       "from the model's config); got " + std::to_string(n_head));
+    throw NowcastError(
+        "nowcast spec: GPT-2 needs its number of attention heads (n_head >= 1, "
+        "from the model's config); got " +
+        std::to_string(n_head));
   }
   NowcastSpec spec;
   spec.family = NowcastFamily::kGPT2;

@@ -1,6 +1,5 @@
-// WNN+: every scalar on its own. Its 5 normalised states go through Linear(5 -> 128) plus the
-// embedding of its parameter kind, then 3 x (Linear 128 + SiLU) and the row of Linear(128 -> 40)
-// for horizon k; the output is added to the last normalised state.
+// WNN+: every scalar on its own, through Linear(5 -> 128) + the embedding of its parameter kind,
+// 3 x (Linear 128 + SiLU) and horizon k's row of Linear(128 -> 40), added to its last state.
 #include <array>
 #include <memory>
 #include <string>
@@ -39,7 +38,8 @@ class WnnPlus final : public NowcastModel {
     }
     const nowcast::WeightFile f(path, "WNN+", "models/nino/nino_mlp.safetensors");
     if (f.has("gnn.convs.0.lin.weight")) {
-      throw NowcastError("WNN+ weights '" + path + "' hold the NiNo GNN; load them with "
+      throw NowcastError("WNN+ weights '" + path +
+                         "' hold the NiNo GNN; load them with "
                          "load_nino, or pass models/nino/nino_mlp.safetensors here");
     }
     const at::Tensor embed = f.get("layer_embed.weight", {15, -1});  // [15, h]
