@@ -19,7 +19,7 @@
 #include "hybrid-train/config.h"
 #include "hybrid-train/session.h"
 #include "hybrid/core/allocator.h"
-#include "hybrid/core/eval_schedule.h"
+#include "core/eval_schedule.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/hybrid/strategy.h"
 

@@ -21,9 +21,10 @@
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/hybrid/strategy.h"
-#include "hybrid/memory/adamw8bit.h"
-#include "hybrid/memory/attention.h"
-#include "hybrid/memory/recompute.h"
+#include "hybrid/kernels/adamw8bit.h"
+#include "hybrid/kernels/attention.h"
+#include "hybrid/kernels/recompute.h"
+#include "hybrid/kernels/optimizers.h"
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/gpt_objective.h"
 
@@ -265,15 +266,15 @@ void bench_predict(int64_t B, int64_t T, int64_t probe_batches, const std::strin
   h.probe_batches = probe_batches;
   h.enter_confidence = 0.0;
   h.pay_check = false;
-  trainer.set_strategy(std::make_unique<ht::HybridStrategy>(h));
+  trainer.set_strategy(ht::make_hybrid_strategy(h));
 
   ht::StepRecord full, predict;
   int64_t predicted = 0;
   for (int64_t i = 0; i < options.max_steps && predicted < 2; ++i) {
     const ht::StepRecord r = trainer.train_step();
     std::printf("  step %2ld %-8s peak %8.1f MiB  live after %8.1f MiB  %7.0f ms\n", static_cast<long>(r.step),
-                r.phase.c_str(), r.peak_bytes / kMiB, r.tensor_bytes / kMiB, r.ms);
-    if (r.phase == "predict") {
+                ht::phase_name(r.phase), r.peak_bytes / kMiB, r.tensor_bytes / kMiB, r.ms);
+    if (r.phase == ht::Phase::Predict) {
       predict = r.peak_bytes > predict.peak_bytes ? r : predict;
       ++predicted;
     } else if (i > 0 && r.peak_backward_bytes >= 0) {

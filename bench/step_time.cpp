@@ -12,7 +12,8 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/optimizer.h"
 #include "hybrid/core/runtime.h"
-#include "hybrid/models/gemm.h"
+#include "kernels/gemm.h"
+#include "hybrid/kernels/optimizers.h"
 #include "hybrid/models/gpt.h"
 
 int main(int argc, char** argv) {

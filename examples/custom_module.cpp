@@ -8,6 +8,7 @@
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/kernels/optimizers.h"
 
 struct Net : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
@@ -53,15 +54,17 @@ int main() {
   auto objective = ht::make_objective(net, [net](const ht::Batch& b) {
     return torch::mse_loss(net->forward(b.input), b.target);
   });
-  auto optimizer = ht::make_adamw(net->parameters(), ht::AdamWOptions{.lr = 1e-2, .weight_decay = 0.0});
+  ht::AdamWOptions adamw;
+  adamw.lr = 1e-2;  // the optimizer owns the rate; the schedule below only shapes it
+  adamw.weight_decay = 0.0;
+  auto optimizer = ht::make_adamw(net->parameters(), adamw);
   SineData data;
 
   ht::TrainerOptions options;
   options.max_steps = 600;
   options.eval_every = 200;
-  options.schedule.base_lr = 1e-2;
-  options.schedule.warmup_steps = 20;
-  options.schedule.total_steps = options.max_steps;
+  options.schedule.kind = ht::LrSchedule::Kind::Cosine;
+  options.schedule.warmup_steps = 20;  // total_steps 0: the cosine spans the run
 
   PrintLogger logger;
   ht::Trainer trainer(*objective, *optimizer, data, options, &logger);

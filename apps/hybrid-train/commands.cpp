@@ -12,6 +12,7 @@
 #include "config.h"
 #include "console_logger.h"
 #include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint.h"
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
@@ -177,11 +178,11 @@ int run_sample(const std::string& checkpoint, const SampleOptions& options) {
 int run_info(const std::string& checkpoint) {
   const CheckpointSummary s = inspect_checkpoint(checkpoint);
   std::printf("checkpoint   %s (%s)\nstep         %lld\nparameters   %lld tensors, %.3fM elements\n"
-              "data cursor  seed %llu, epoch %lld, batch %lld\nhybrid state %s\nweight avg   %s\n\n[stored config]\n%s",
+              "data cursor  seed %llu, epoch %lld, batch %lld\nstrategy     %s\nweight avg   %s\n\n[stored config]\n%s",
               checkpoint.c_str(), mib(s.file_bytes).c_str(), static_cast<long long>(s.step),
               static_cast<long long>(s.parameter_tensors), s.parameter_elements / 1e6,
               static_cast<unsigned long long>(s.cursor.seed), static_cast<long long>(s.cursor.epoch),
-              static_cast<long long>(s.cursor.position), s.has_strategy ? "yes" : "no",
+              static_cast<long long>(s.cursor.position), s.strategy.empty() ? "none (plain)" : s.strategy.c_str(),
               s.has_average ? "yes (eval and sample use it)" : "no", s.config_text.c_str());
   return kOk;
 }

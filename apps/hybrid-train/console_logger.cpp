@@ -48,7 +48,7 @@ void ConsoleLogger::on_step(const StepRecord& r) {
   const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps_ - r.step) : NAN;
   const std::string body = fmt::format(
       "step {:>6}/{} {:<7} loss {}  lr {:.2e}  {:.0f} ms/step  {:.0f} items/s  mem {} (peak {})  ETA {}",
-      r.step, total_steps_, r.phase, loss_text(r.loss), r.lr, smoothed_ms_, r.items_per_sec, mib(r.tensor_bytes),
+      r.step, total_steps_, phase_name(r.phase), loss_text(r.loss), r.lr, smoothed_ms_, r.items_per_sec, mib(r.tensor_bytes),
       mib(r.peak_bytes), duration(eta));
   if (live_) {
     std::fprintf(out_, "\r\033[K%s", body.c_str());

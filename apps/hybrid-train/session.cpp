@@ -8,13 +8,14 @@
 #include <torch/torch.h>
 
 #include "hybrid/core/checkpoint_file.h"
-#include "hybrid/core/optimizer.h"
+#include "hybrid/kernels/optimizers.h"
 #include "hybrid/data/fashion_mnist.h"
+#include "hybrid/hybrid/lookahead.h"
 #include "hybrid/hybrid/strategy.h"
-#include "hybrid/memory/adamw8bit.h"
-#include "hybrid/memory/attention.h"
-#include "hybrid/memory/recompute.h"
-#include "hybrid/models/attention.h"
+#include "hybrid/kernels/adamw8bit.h"
+#include "hybrid/kernels/attention.h"
+#include "hybrid/kernels/recompute.h"
+#include "hybrid/kernels/attention_core.h"
 #include "hybrid/data/kjv.h"
 #include "hybrid/data/text_source.h"
 #include "hybrid/data/token_corpus.h"
@@ -165,8 +166,8 @@ std::string recompute_for_phase(const Config& c, const std::string& phase) {
 }
 
 void set_recompute_hooks(Session& s, const Config& c, TrainerOptions& options) {
-  options.memory.on_phase = [&s, &c](const std::string& phase) {
-    if (!s.recompute_forced) set_recompute(s, recompute_for_phase(c, phase), c.get_int("memory.recompute_every"));
+  options.memory.on_phase = [&s, &c](Phase phase) {
+    if (!s.recompute_forced) set_recompute(s, recompute_for_phase(c, phase_name(phase)), c.get_int("memory.recompute_every"));
   };
   options.memory.enable_recompute = [&s, &c] {
     if (s.recompute_forced || (s.recompute == "full" && c.get_int("memory.recompute_every") == 1)) return false;
@@ -274,7 +275,6 @@ TrainerOptions trainer_options(const Config& c) {
   o.eval_every = c.get_int("train.eval_every");
   o.eval_batches = c.get_int("data.val_batches");
   o.schedule.kind = parse_schedule_kind(c.get_string("schedule.kind"));
-  o.schedule.base_lr = c.get_float("optim.lr");
   o.schedule.warmup_steps = c.get_int("schedule.warmup_steps");
   o.schedule.total_steps = o.max_steps;
   o.schedule.min_lr_ratio = c.get_float("schedule.min_lr_ratio");
@@ -282,6 +282,7 @@ TrainerOptions trainer_options(const Config& c) {
   o.checkpoint.every_steps = c.get_int("checkpoint.every_steps");
   o.checkpoint.every_seconds = c.get_float("checkpoint.every_seconds");
   o.checkpoint.keep_last = static_cast<int>(c.get_int("checkpoint.keep_last"));
+  o.memory.budget_bytes = c.get_bytes("memory.budget");
   o.memory.warn_fraction = c.get_float("memory.warn_fraction");
   o.memory.critical_fraction = c.get_float("memory.critical_fraction");
   o.average_decay = c.get_float("train.average_decay");
@@ -295,11 +296,9 @@ TrainerOptions trainer_options(const Config& c) {
   if (o.max_steps < 1) throw ConfigError("train.steps must be >= 1");
   if (o.grad_accum < 1) throw ConfigError("optim.grad_accum must be >= 1");
   if (o.checkpoint.keep_last < 1) throw ConfigError("checkpoint.keep_last must be >= 1 (the newest is always kept)");
-  try {
-    o.schedule.validate();
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(e.what());
-  }
+  if (!(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1))
+    throw ConfigError("schedule.min_lr_ratio must lie in [0, 1]: the cosine's floor as a fraction of optim.lr");
+  if (o.schedule.warmup_steps < 0) throw ConfigError("schedule.warmup_steps must be >= 0");
   return o;
 }
 

@@ -7,10 +7,13 @@
 #include <cstdio>
 
 #include "hybrid/core/allocator.h"
+#include "hybrid/core/errors.h"
 #include "hybrid/core/metrics.h"
 
 #if defined(HT_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace ht {
@@ -84,6 +87,33 @@ int64_t MemoryMonitor::release_cached() {
   }
 #endif
   return release_cached_blocks();
+}
+
+int64_t MemoryMonitor::set_budget(int64_t bytes) {
+  if (bytes < 0) throw OptionsError("memory budget: " + std::to_string(bytes) + " bytes must be >= 0");
+#if defined(HT_WITH_CUDA)
+  if (device_ >= 0) {  // UNTESTED on a GPU
+    const auto index = static_cast<c10::DeviceIndex>(device_);
+    size_t free_bytes = 0, total_bytes = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double fraction = bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / total_bytes) : 1.0;
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
+    cuda_budget_ = bytes;
+    return bytes;
+  }
+#endif
+  if (bytes > 0 && !tracking_allocator_installed())
+    throw OptionsError("a memory budget needs the tracking allocator, which enforces it: call "
+                       "ht::install_tracking_allocator() first thing in main(), before any tensor exists");
+  set_memory_budget(bytes);
+  return bytes;
+}
+
+int64_t MemoryMonitor::budget() const {
+#if defined(HT_WITH_CUDA)
+  if (device_ >= 0) return cuda_budget_;
+#endif
+  return allocator_stats().budget_bytes;
 }
 
 MemoryMonitor::Scope::Scope(MemoryMonitor& monitor, MemoryPhase phase) : monitor_(monitor), phase_(phase) {

@@ -43,9 +43,19 @@ class JsonlLogger final : public Logger {
 
 }  // namespace
 
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::Warmup: return "warmup";
+    case Phase::Full: return "full";
+    case Phase::Predict: return "predict";
+    case Phase::Correct: return "correct";
+  }
+  return "?";
+}
+
 std::string to_json(const StepRecord& r) {
   nlohmann::json j{{"type", "step"},          {"step", r.step},
-                   {"phase", r.phase},        {"loss", number(r.loss)},
+                   {"phase", phase_name(r.phase)},        {"loss", number(r.loss)},
                    {"lr", number(r.lr)},      {"grad_norm", number(r.grad_norm)},
                    {"ms", number(r.ms)},      {"items_per_sec", number(r.items_per_sec)},
                    {"tensor_bytes", r.tensor_bytes}, {"peak_bytes", r.peak_bytes},
@@ -62,9 +72,10 @@ std::string to_json(const StepRecord& r) {
 }
 
 std::string to_json(const EvalRecord& r) {
-  return nlohmann::json{{"type", "eval"},  {"step", r.step},  {"val_loss", number(r.val_loss)},
-                        {"accuracy", number(r.accuracy)}, {"items", r.items}, {"ms", number(r.ms)}}
-      .dump();
+  nlohmann::json j{{"type", "eval"},  {"step", r.step},  {"val_loss", number(r.val_loss)},
+                   {"accuracy", number(r.accuracy)}, {"items", r.items}, {"ms", number(r.ms)}};
+  for (const auto& [name, value] : r.metrics) j[name] = number(value);
+  return j.dump();
 }
 
 std::shared_ptr<Logger> make_jsonl_logger(const std::string& path, bool append) {

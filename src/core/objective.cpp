@@ -4,12 +4,18 @@
 
 #include <torch/torch.h>
 
+#include "hybrid/core/errors.h"
+
 namespace ht {
 
 EvalStats Objective::evaluate(const Batch& batch) {
   EvalStats s;
   const int64_t n = batch.input.size(0);
-  s.loss_sum = loss(batch).item<double>() * static_cast<double>(n);
+  const at::Tensor l = loss(batch);
+  if (l.numel() != 1)
+    throw TrainingError("evaluation: the loss function returned a tensor of shape " + c10::str(l.sizes()) +
+                        "; it must return a scalar (reduce it, e.g. with mean())");
+  s.loss_sum = l.item<double>() * static_cast<double>(n);
   s.count = n;
   return s;
 }

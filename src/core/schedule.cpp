@@ -8,7 +8,7 @@
 
 namespace ht {
 
-double LrSchedule::at(int64_t step) const {
+double LrSchedule::at(double base_lr, int64_t step) const {
   if (warmup_steps > 0 && step < warmup_steps)
     return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (kind == Kind::Constant) return base_lr;
@@ -19,13 +19,14 @@ double LrSchedule::at(int64_t step) const {
 }
 
 void LrSchedule::validate() const {
-  if (!(base_lr >= 0))
-    throw std::invalid_argument("learning rate " + std::to_string(base_lr) + " must be >= 0 (optim.lr)");
   if (warmup_steps < 0)
-    throw std::invalid_argument("schedule.warmup_steps = " + std::to_string(warmup_steps) + " must be >= 0");
+    throw std::invalid_argument("schedule: warmup_steps = " + std::to_string(warmup_steps) + " must be >= 0");
+  if (total_steps < 0)
+    throw std::invalid_argument("schedule: total_steps = " + std::to_string(total_steps) +
+                                " must be >= 0 (0: the run's length)");
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
-    throw std::invalid_argument("schedule.min_lr_ratio = " + std::to_string(min_lr_ratio) +
-                                " must lie in [0, 1]: the cosine's floor as a fraction of optim.lr");
+    throw std::invalid_argument("schedule: min_lr_ratio = " + std::to_string(min_lr_ratio) +
+                                " must lie in [0, 1]: the cosine's floor as a fraction of the base rate");
 }
 
 LrSchedule::Kind parse_schedule_kind(const std::string& name) {

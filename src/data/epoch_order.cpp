@@ -1,6 +1,6 @@
 // Seeded per-epoch orderings shared by the data sources: mixing, bounded draws, permutations.
 // Written by hand rather than with <random> distributions so the order is identical on every toolchain.
-#include "epoch_order.h"
+#include "hybrid/data/epoch_order.h"
 
 #include <limits>
 #include <numeric>

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "epoch_order.h"
+#include "hybrid/data/epoch_order.h"
 
 namespace ht {
 namespace {

@@ -1,6 +1,6 @@
 // Phase state machine and confidence calibration. Decisions use only what was measured: the
 // verifications' outcomes, prediction errors, and loss decrease per second of each mode.
-#include "hybrid/hybrid/controller.h"
+#include "hybrid/controller.h"
 
 #include <torch/torch.h>
 
@@ -21,16 +21,6 @@ constexpr double kRateEma = 0.5;
 double clamp01(double x) { return std::min(1.0, std::max(0.0, x)); }
 
 }  // namespace
-
-const char* phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::Warmup: return "warmup";
-    case Phase::Full: return "full";
-    case Phase::Predict: return "predict";
-    case Phase::Correct: return "correct";
-  }
-  return "?";
-}
 
 PhaseController::PhaseController(const HybridOptions& options)
     : opt_(options), horizon_(options.min_predict_steps), reprobe_interval_(options.reprobe_min) {
@@ -156,10 +146,9 @@ void PhaseController::on_loss_error(double relative_error) {
   loss_err_ema_ += kErrorEma * (relative_error - loss_err_ema_);
 }
 
-void PhaseController::on_direction_error(double cosine, double relative_norm_error) {
+void PhaseController::on_direction_error(double cosine) {
   if (!std::isfinite(cosine)) cosine = -1.0;
   cos_ema_ += kErrorEma * (cosine - cos_ema_);
-  if (std::isfinite(relative_norm_error)) rel_err_ema_ += kErrorEma * (relative_norm_error - rel_err_ema_);
 }
 
 void PhaseController::on_rates(double predict_rate, double full_rate) {
@@ -188,7 +177,6 @@ void PhaseController::save(torch::serialize::OutputArchive& a) const {
   put(a, "ok", ok_);
   put(a, "bad", bad_);
   put(a, "cos_ema", cos_ema_);
-  put(a, "rel_err_ema", rel_err_ema_);
   put(a, "loss_err_ema", loss_err_ema_);
   put(a, "predictor_conf", predictor_conf_);
   put(a, "pred_rate_ema", pred_rate_ema_);
@@ -212,7 +200,6 @@ void PhaseController::load(torch::serialize::InputArchive& a) {
   ok_ = get_double(a, "ok");
   bad_ = get_double(a, "bad");
   cos_ema_ = get_double(a, "cos_ema");
-  rel_err_ema_ = get_double(a, "rel_err_ema");
   loss_err_ema_ = get_double(a, "loss_err_ema");
   predictor_conf_ = get_double(a, "predictor_conf");
   pred_rate_ema_ = get_double(a, "pred_rate_ema");

@@ -1,6 +1,6 @@
 // Divergence signals. The spike test compares a loss with the window of recent real-step losses;
 // the oscillation test looks at successive verified losses of one predict phase.
-#include "hybrid/hybrid/divergence.h"
+#include "hybrid/divergence.h"
 
 #include <torch/torch.h>
 

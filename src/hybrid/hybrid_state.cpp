@@ -3,11 +3,11 @@
 #include <torch/torch.h>
 
 #include "archive_io.h"
-#include "hybrid/hybrid/strategy.h"
+#include "hybrid/hybrid_engine.h"
 
 namespace ht {
 
-void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
+void HybridEngine::save(torch::serialize::OutputArchive& a) const {
   using archive_io::put;
   // Version 2: trajectory predictors keep strided samples instead of the full last prediction.
   // Version 3: the summary counts undone predicted steps and recorded steps.
@@ -78,7 +78,7 @@ void HybridStrategy::save(torch::serialize::OutputArchive& a) const {
   put(a, "s_recorded_ms", m.recorded_step_ms);
 }
 
-void HybridStrategy::load(torch::serialize::InputArchive& a) {
+void HybridEngine::load(torch::serialize::InputArchive& a) {
   using namespace archive_io;
   const std::string name = get_string(a, "predictor_name");
   if (name != predictor_->name()) {

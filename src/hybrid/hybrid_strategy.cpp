@@ -1,7 +1,7 @@
 // The hybrid engine's step logic: real steps that record the optimizer's updates, predicted steps
 // that add predicted updates to the weights in place (no backward, no graph, no model copy),
 // verification against real losses, bit-exact rollback, and the bookkeeping behind the summary.
-#include "hybrid/hybrid/strategy.h"
+#include "hybrid/hybrid_engine.h"
 
 #include <torch/torch.h>
 
@@ -41,7 +41,7 @@ void ema(double& acc, double x, double beta) { acc = acc == 0.0 ? x : beta * acc
 
 }  // namespace
 
-HybridStrategy::HybridStrategy(HybridOptions options, std::unique_ptr<UpdatePredictor> predictor)
+HybridEngine::HybridEngine(HybridOptions options, std::unique_ptr<UpdatePredictor> predictor)
     : opt_((options.validate(), std::move(options))),
       predictor_(predictor ? std::move(predictor) : make_update_predictor(opt_)),
       ctl_(opt_),
@@ -49,14 +49,15 @@ HybridStrategy::HybridStrategy(HybridOptions options, std::unique_ptr<UpdatePred
   summary_.predictor = predictor_->name();
 }
 
-std::unique_ptr<StepStrategy> make_hybrid_strategy(const HybridOptions& options) {
-  return std::make_unique<HybridStrategy>(options);
+std::unique_ptr<HybridStrategy> make_hybrid_strategy(const HybridOptions& options,
+                                                     std::unique_ptr<UpdatePredictor> predictor) {
+  return std::make_unique<HybridEngine>(options, std::move(predictor));
 }
 
-void HybridStrategy::ensure_buffers(Trainer& trainer) {
+void HybridEngine::ensure_buffers(Trainer& trainer) {
   if (buffers_ready_) return;
   params_ = trainer.optimizer().parameters();
-  if (params_.empty()) throw std::invalid_argument("HybridStrategy: the optimizer has no parameters");
+  if (params_.empty()) throw std::invalid_argument("hybrid: the optimizer has no parameters");
   state_ = params_;
   // Running statistics (batch norm) move during forwards too; a rollback must restore them.
   for (const auto& b : trainer.objective().module().buffers()) {
@@ -87,7 +88,7 @@ void HybridStrategy::ensure_buffers(Trainer& trainer) {
   buffers_ready_ = true;
 }
 
-void HybridStrategy::log_transition(Trainer& trainer, const std::string& what) {
+void HybridEngine::log_transition(Trainer& trainer, const std::string& what) {
   if (what.empty()) return;
   // Phases differ most in memory (predict steps build no graph): show where each one starts.
   MemoryMonitor& mem = trainer.memory();
@@ -96,12 +97,12 @@ void HybridStrategy::log_transition(Trainer& trainer, const std::string& what) {
                                                ", step peak " + mib_text(mem.step_peak_bytes()) + "]");
 }
 
-int64_t HybridStrategy::state_bytes() const {
+int64_t HybridEngine::state_bytes() const {
   return snapshot_.bytes() + tensor_bytes(before_) + tensor_bytes(delta_) + tensor_bytes(predicted_) +
          tensor_bytes(first_sample_) + tensor_bytes(applied_sample_) + predictor_->state_bytes();
 }
 
-void HybridStrategy::update_loss_stats(double loss) {
+void HybridEngine::update_loss_stats(double loss) {
   if (!std::isfinite(loss)) return;
   if (std::isnan(loss_ema_)) {
     loss_ema_ = loss;
@@ -114,7 +115,7 @@ void HybridStrategy::update_loss_stats(double loss) {
   loss_slope_ = kLossEma * loss_slope_ + (1.0 - kLossEma) * (loss_ema_ - prev);
 }
 
-TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult& r) {
+TrainingFeatures HybridEngine::features(Trainer& trainer, const FullStepResult& r) {
   TrainingFeatures f;
   f.step = trainer.step();
   f.progress = max_steps_ > 0 ? static_cast<double>(trainer.step()) / static_cast<double>(max_steps_) : 0.0;
@@ -135,7 +136,7 @@ TrainingFeatures HybridStrategy::features(Trainer& trainer, const FullStepResult
   return f;
 }
 
-FullStepResult HybridStrategy::real_step(Trainer& trainer, Phase phase, bool record, StepRecord& rec) {
+FullStepResult HybridEngine::real_step(Trainer& trainer, Phase phase, bool record, StepRecord& rec) {
   have_decision_loss_ = false;  // the weights are about to move
   const bool updates = predictor_->input() == UpdatePredictor::Input::Updates;
   // A trajectory is consecutive real steps; predicted steps, an unrecorded stretch or a stretch
@@ -147,7 +148,7 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, Phase phase, bool rec
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) before_[i].copy_(params_[i]);
   }
-  const FullStepResult r = trainer.full_step(phase_name(phase));
+  const FullStepResult r = trainer.full_step(phase);
   const double lr = trainer.optimizer().lr();
   if (record) {
     ++summary_.recorded_steps;
@@ -187,7 +188,7 @@ FullStepResult HybridStrategy::real_step(Trainer& trainer, Phase phase, bool rec
   return r;
 }
 
-void HybridStrategy::end_stretch(Trainer& trainer, StepRecord& rec) {
+void HybridEngine::end_stretch(Trainer& trainer, StepRecord& rec) {
   predictor_->end_stretch(params_);
   if (measure_next_) {
     // The drift per step of the new stretch, at the last predict phase's scale, against the
@@ -205,7 +206,7 @@ void HybridStrategy::end_stretch(Trainer& trainer, StepRecord& rec) {
   stretch_open_ = false;
 }
 
-void HybridStrategy::measure_prediction_error(const std::vector<at::Tensor>& truth,
+void HybridEngine::measure_prediction_error(const std::vector<at::Tensor>& truth,
                                               const std::vector<at::Tensor>& predicted, double s,
                                               StepRecord& rec) {
   // Per tensor: cosine between the predicted and the true update, and |true - predicted| / |true|;
@@ -226,13 +227,13 @@ void HybridStrategy::measure_prediction_error(const std::vector<at::Tensor>& tru
     weight += w;
   }
   const double cos = cos_sum / weight, err = err_sum / weight;
-  ctl_.on_direction_error(cos, err);
+  ctl_.on_direction_error(cos);
   rec.extra["pred_cosine"] = cos;
   rec.extra["pred_rel_error"] = err;
   rec.extra["pred_steps_ahead"] = static_cast<double>(measure_ahead_);
 }
 
-double HybridStrategy::probe_loss(Trainer& trainer, const Batch& batch) {
+double HybridEngine::probe_loss(Trainer& trainer, const Batch& batch) {
   // Eval mode: no dropout noise in a paired comparison. No grad: nothing is built for backward.
   torch::NoGradGuard no_grad;
   auto& module = trainer.objective().module();
@@ -244,14 +245,14 @@ double HybridStrategy::probe_loss(Trainer& trainer, const Batch& batch) {
   return loss;
 }
 
-double HybridStrategy::batch_loss(Trainer& trainer, const Batch& batch) {
+double HybridEngine::batch_loss(Trainer& trainer, const Batch& batch) {
   // Train mode: comparable with the real steps' losses the band is built from.
   torch::NoGradGuard no_grad;
   ++summary_.verify_forwards;
   return trainer.objective().loss(batch).item<double>();
 }
 
-void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
+void HybridEngine::measure_probe_before_decision(Trainer& trainer) {
   // One forward on the last phase's probe ends the full stretch: its loss decrease per second
   // and per step, paired with the loss that phase ended on. The next phase starts on a fresh
   // probe (kProbeRefreshPhases = 1) and measures its own starting loss; this one would serve
@@ -269,7 +270,7 @@ void HybridStrategy::measure_probe_before_decision(Trainer& trainer) {
   have_decision_loss_ = true;
 }
 
-void HybridStrategy::enter_predict(Trainer& trainer) {
+void HybridEngine::enter_predict(Trainer& trainer) {
   release_gradients(trainer);  // a checkpoint resumed into the phase may have made them again
   if (!have_probe_ || !have_decision_loss_ || phases_on_probe_ >= kProbeRefreshPhases) {
     // Several training batches in one probe: the sign of a paired loss difference on a single
@@ -325,14 +326,14 @@ void HybridStrategy::enter_predict(Trainer& trainer) {
   ++summary_.phases_predict;
 }
 
-void HybridStrategy::release_gradients(Trainer& trainer) {
+void HybridEngine::release_gradients(Trainer& trainer) {
   // Predicted steps never read gradients: hand their memory back to the allocator's cache for the
   // phase (the next backward re-creates them from the cache). On GPT-2 small this is 475 MiB of
   // the predict step's peak.
   for (const auto& p : trainer.optimizer().parameters()) p.mutable_grad() = at::Tensor();
 }
 
-void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_loss) {
+void HybridEngine::finish_predict_phase(Trainer& trainer, double final_probe_loss) {
   // Progress kept by this phase per second of it, paired with the next full stretch later.
   if (std::isnan(final_probe_loss)) {
     const auto t0 = Clock::now();
@@ -349,7 +350,7 @@ void HybridStrategy::finish_predict_phase(Trainer& trainer, double final_probe_l
   measure_scale_ = ctl_.step_scale();
 }
 
-std::string HybridStrategy::check_prediction(double actual, double required) {
+std::string HybridEngine::check_prediction(double actual, double required) {
   std::string why = div_.check_loss(actual);
   if (!why.empty()) return why;
   if (opt_.verify == "holdout") {
@@ -384,7 +385,7 @@ std::string HybridStrategy::check_prediction(double actual, double required) {
   return div_.check_oscillation();
 }
 
-void HybridStrategy::rollback(Trainer& trainer, const std::string& why, StepRecord& rec) {
+void HybridEngine::rollback(Trainer& trainer, const std::string& why, StepRecord& rec) {
   snapshot_.restore(state_);
   const int64_t lost = ahead_ - ref_ahead_;
   ahead_ = ref_ahead_;
@@ -403,7 +404,7 @@ void HybridStrategy::rollback(Trainer& trainer, const std::string& why, StepReco
                                                " predicted steps: " + why);
 }
 
-bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
+bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
   const auto t0 = Clock::now();
   if (ctl_.steps_in_phase() == 0) enter_predict(trainer);
   const int64_t index = ctl_.steps_in_phase() + 1;  // 1-based within the phase
@@ -508,25 +509,25 @@ bool HybridStrategy::predicted_step(Trainer& trainer, StepRecord& rec) {
   return false;
 }
 
-void HybridStrategy::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
+void HybridEngine::correct_after_rollback(Trainer& trainer, StepRecord& rec) {
   // The step is not lost: it becomes the first correct step, a real one from the restored point.
   const auto t0 = Clock::now();
   const bool record = predictor_->input() == UpdatePredictor::Input::Updates;
   const FullStepResult r = real_step(trainer, Phase::Correct, record, rec);
   div_.observe_real_step(r.loss, r.grad_norm);  // from the restored, verified weights
-  rec.phase = phase_name(Phase::Correct);
+  rec.phase = Phase::Correct;
   log_transition(trainer, ctl_.on_real_step(predictor_->ready()));
   if (ctl_.phase() == Phase::Predict) release_gradients(trainer);
   stretch_ms_ += ms_since(t0);
   ++stretch_steps_;
 }
 
-StepRecord HybridStrategy::run_step(Trainer& trainer) {
+StepRecord HybridEngine::run_step(Trainer& trainer) {
   ensure_buffers(trainer);
   const auto t0 = Clock::now();
   StepRecord rec;
   const Phase phase = ctl_.phase();
-  rec.phase = phase_name(phase);
+  rec.phase = phase;
   double predict_ms = 0.0;  // a rolled-back step's predict work: the record is the correct step's
   if (phase == Phase::Predict) {
     bool rolled_back = false;
@@ -577,7 +578,7 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   rec.extra["horizon"] = static_cast<double>(ctl_.horizon());
   if (!rec.extra.count("rolled_back")) rec.extra["rolled_back"] = 0.0;
 
-  const int idx = rec.phase == "predict" ? 2 : rec.phase == "correct" ? 3 : rec.phase == "warmup" ? 0 : 1;
+  const int idx = static_cast<int>(rec.phase);
   ++summary_.steps;
   ++summary_.steps_by_phase[idx];
   summary_.ms_by_phase[static_cast<int>(Phase::Predict)] += predict_ms;
@@ -585,7 +586,7 @@ StepRecord HybridStrategy::run_step(Trainer& trainer) {
   return rec;
 }
 
-void HybridStrategy::on_finish(Trainer& trainer) {
+void HybridEngine::on_finish(Trainer& trainer) {
   HybridSummary& s = summary_;
   s.snapshot_bytes_copied = snapshot_.bytes_copied();
   s.predictor_bytes = predictor_->state_bytes();
@@ -594,7 +595,6 @@ void HybridStrategy::on_finish(Trainer& trainer) {
   const double plain = s.plain_step_ms > 0.0 ? s.plain_step_ms : s.recorded_step_ms;
   s.estimated_saved_ms = static_cast<double>(s.predicted_kept) * plain - s.ms_by_phase[2] -
                          static_cast<double>(s.recorded_steps) * std::max(0.0, s.recorded_step_ms - plain);
-  trainer.logger().on_message(Level::Info, s.to_string());
 }
 
 }  // namespace ht

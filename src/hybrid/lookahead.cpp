@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "archive_io.h"
-#include "hybrid/hybrid/strategy.h"
+#include "hybrid/hybrid/lookahead.h"
 
 namespace ht {
 
@@ -39,7 +39,7 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   }
   const FullStepResult r = trainer.full_step();
   StepRecord rec;
-  rec.phase = "full";
+  rec.phase = Phase::Full;
   rec.loss = r.loss;
   rec.grad_norm = r.grad_norm;
   rec.lr = trainer.optimizer().lr();

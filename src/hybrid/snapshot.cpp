@@ -1,6 +1,6 @@
 // Rollback buffers. Allocated once; capture and restore are copy_ per tensor, so a rollback is
 // bit-exact and costs one pass over the weights with no allocation.
-#include "hybrid/hybrid/snapshot.h"
+#include "hybrid/snapshot.h"
 
 #include <torch/torch.h>
 

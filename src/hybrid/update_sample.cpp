@@ -1,6 +1,6 @@
 // Strided element samples of per-parameter tensors (see update_sample.h): views into the
 // flattened tensor, copied into small preallocated buffers.
-#include "hybrid/hybrid/update_sample.h"
+#include "hybrid/update_sample.h"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "gpt_block.h"
-#include "hybrid/models/lm_head_loss.h"
+#include "hybrid/kernels/lm_head_loss.h"
 
 namespace ht {
 namespace {

@@ -2,9 +2,9 @@
 // are: no weight is ever transposed or copied.
 #include "gpt_block.h"
 
-#include "hybrid/models/gelu.h"
-#include "hybrid/models/linear.h"
-#include "hybrid/memory/recompute.h"
+#include "kernels/gelu.h"
+#include "kernels/linear.h"
+#include "hybrid/kernels/recompute.h"
 
 namespace ht {
 

@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "hybrid/models/attention.h"
+#include "hybrid/kernels/attention_core.h"
 
 namespace ht {
 

@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "hybrid/core/checkpoint.h"
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/models/gpt.h"

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "hybrid/core/trainer.h"
+#include "hybrid/kernels/optimizers.h"
 #include "hybrid/data/fashion_mnist.h"
 #include "hybrid/data/kjv.h"
 #include "hybrid/data/text_source.h"
@@ -28,10 +29,11 @@ double unigram_entropy(const TokenCorpus& corpus) {
   return h;
 }
 
-TrainerOptions short_run(int64_t steps, double lr, int64_t warmup) {
+// Warmup then cosine decay over the run; the rate itself is the optimizer's.
+TrainerOptions short_run(int64_t steps, int64_t warmup) {
   TrainerOptions o;
   o.max_steps = steps;
-  o.schedule.base_lr = lr;
+  o.schedule.kind = LrSchedule::Kind::Cosine;
   o.schedule.warmup_steps = warmup;
   o.schedule.total_steps = steps;
   return o;
@@ -52,7 +54,7 @@ TEST(EndToEnd, TinyGptOnKjvBeatsTheUnigramEntropy) {
   a.beta2 = 0.95;
   a.weight_decay = 0.1;
   auto optimizer = make_adamw(gpt->parameters(), a);
-  Trainer trainer(*objective, *optimizer, data, short_run(300, 3e-3, 30));
+  Trainer trainer(*objective, *optimizer, data, short_run(300, 30));
   const double initial = trainer.evaluate().val_loss;
   const double final_loss = trainer.fit().val_loss;
   EXPECT_NEAR(initial, std::log(256.0), 0.3);
@@ -77,7 +79,7 @@ TEST(EndToEnd, MlpOnFashionMnistReaches85PercentTestAccuracy) {
   a.lr = 2e-3;
   a.weight_decay = 0.01;
   auto optimizer = make_adamw(mlp->parameters(), a);
-  Trainer trainer(*objective, *optimizer, data, short_run(/*one epoch*/ 468, 2e-3, 50));
+  Trainer trainer(*objective, *optimizer, data, short_run(/*one epoch*/ 468, 50));
   const EvalRecord r = trainer.fit();
   EXPECT_EQ(r.items, 10000);  // the whole t10k test set
   EXPECT_GE(r.accuracy, 0.85) << "val loss " << r.val_loss;

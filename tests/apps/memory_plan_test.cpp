@@ -76,7 +76,7 @@ Measured run_steps(const std::vector<std::string>& overrides, int steps = 2,
       // carries the step's overall peak.
       const StepRecord r = trainer.train_step();
       m.peak = std::max(m.peak, r.peak_bytes - before);
-      if (r.phase == "predict") m.predict_peak = std::max(m.predict_peak, r.peak_bytes - before);
+      if (r.phase == ht::Phase::Predict) m.predict_peak = std::max(m.predict_peak, r.peak_bytes - before);
     }
   } catch (...) {
     set_memory_budget(0);

@@ -53,8 +53,8 @@ TEST(RecomputePerPhase, WarmupAndFullStepsRunTheirOwnLevel) {
     recs.push_back(trainer.train_step());
     levels.push_back(s.recompute);
   }
-  ASSERT_EQ(recs[1].phase, "warmup");
-  ASSERT_EQ(recs[3].phase, "full");
+  ASSERT_EQ(recs[1].phase, ht::Phase::Warmup);
+  ASSERT_EQ(recs[3].phase, ht::Phase::Full);
   EXPECT_EQ(levels[1], "none");
   EXPECT_EQ(levels[3], "full");
   // What the level is for: the full steps' forward keeps far less for backward. Each step's
@@ -72,12 +72,12 @@ TEST(RecomputePerPhase, TheLaddersFullRecomputeStaysOnInEveryPhase) {
   cli::Session s = cli::build_session(c, false);
   TrainerOptions o = cli::trainer_options(c);
   cli::set_recompute_hooks(s, c, o);
-  o.memory.on_phase("warmup");
+  o.memory.on_phase(Phase::Warmup);
   EXPECT_EQ(s.recompute, "none");
   ASSERT_TRUE(o.memory.enable_recompute());
   EXPECT_EQ(s.recompute, "full");
-  o.memory.on_phase("full");
-  o.memory.on_phase("correct");
+  o.memory.on_phase(Phase::Full);
+  o.memory.on_phase(Phase::Correct);
   EXPECT_EQ(s.recompute, "full");
   EXPECT_FALSE(o.memory.enable_recompute()) << "nothing more to turn on";
 }

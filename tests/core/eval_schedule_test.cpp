@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "hybrid/core/eval_schedule.h"
+#include "core/eval_schedule.h"
 
 namespace {
 

@@ -8,17 +8,27 @@ namespace ht {
 
 TEST(LrSchedule, WarmsUpLinearlyThenDecaysToTheFloor) {
   LrSchedule s;
-  s.base_lr = 1.0;
+  s.kind = LrSchedule::Kind::Cosine;
   s.warmup_steps = 10;
   s.total_steps = 110;
   s.min_lr_ratio = 0.1;
-  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
-  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
-  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway through the cosine
-  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
-  EXPECT_NEAR(s.at(500), 0.1, 1e-12);  // stays at the floor past the end
-  for (int i = 11; i < 110; ++i) EXPECT_LE(s.at(i), s.at(i - 1));
+  EXPECT_DOUBLE_EQ(s.at(1.0, 0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 10), 1.0);
+  EXPECT_NEAR(s.at(1.0, 60), 0.55, 1e-12);  // halfway through the cosine
+  EXPECT_NEAR(s.at(1.0, 110), 0.1, 1e-12);
+  EXPECT_NEAR(s.at(1.0, 500), 0.1, 1e-12);  // stays at the floor past the end
+  for (int i = 11; i < 110; ++i) EXPECT_LE(s.at(1.0, i), s.at(1.0, i - 1));
+}
+
+TEST(LrSchedule, ScalesTheOptimizersOwnRateAndIsConstantByDefault) {
+  const LrSchedule constant;  // the default: the base rate every step, as without a scheduler
+  EXPECT_DOUBLE_EQ(constant.at(0.05, 0), 0.05);
+  EXPECT_DOUBLE_EQ(constant.at(0.05, 1000), 0.05);
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::Cosine;
+  s.total_steps = 100;
+  EXPECT_DOUBLE_EQ(s.at(0.3, 100) / s.at(0.03, 100), 10.0);  // groups keep their ratio
 }
 
 TEST(LrSchedule, ValidateNamesTheFieldOutOfRange) {
@@ -35,6 +45,9 @@ TEST(LrSchedule, ValidateNamesTheFieldOutOfRange) {
   EXPECT_THROW(s.validate(), std::invalid_argument);
   s.min_lr_ratio = 0.1;
   s.warmup_steps = -1;
+  EXPECT_THROW(s.validate(), std::invalid_argument);
+  s.warmup_steps = 0;
+  s.total_steps = -1;
   EXPECT_THROW(s.validate(), std::invalid_argument);
 }
 

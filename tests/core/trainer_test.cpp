@@ -7,9 +7,11 @@
 #include <fstream>
 
 #include "hybrid/core/allocator.h"
+#include "hybrid/core/checkpoint.h"
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/core/weight_average.h"
+#include "support/reference_optimizers.h"
 #include "support/toy_problem.h"
 
 namespace ht {
@@ -27,7 +29,7 @@ struct ToyRun {
   std::unique_ptr<Trainer> trainer;
 
   // input_noise: the loss perturbs its inputs with the global RNG, so a run depends on that RNG.
-  explicit ToyRun(TrainerOptions o, int64_t batch = 64, bool input_noise = false) : data(batch) {
+  explicit ToyRun(TrainerOptions o, int64_t batch = 64, bool input_noise = false, double lr = 1e-2) : data(batch) {
     torch::manual_seed(42);
     net = std::make_shared<ToyNet>();
     if (input_noise) {
@@ -38,9 +40,9 @@ struct ToyRun {
     } else {
       objective = testing::toy_objective(net);
     }
-    AdamWOptions a;
-    a.lr = o.schedule.base_lr;
-    optimizer = make_adamw(net->parameters(), a);
+    testing::ReferenceAdamWOptions a;
+    a.lr = lr;
+    optimizer = testing::reference_adamw(net->parameters(), a);
     trainer = std::make_unique<Trainer>(*objective, *optimizer, data, std::move(o));
   }
 };
@@ -48,7 +50,7 @@ struct ToyRun {
 TrainerOptions options(int64_t steps) {
   TrainerOptions o;
   o.max_steps = steps;
-  o.schedule.base_lr = 1e-2;
+  o.schedule.kind = LrSchedule::Kind::Cosine;
   o.schedule.warmup_steps = 10;
   o.schedule.total_steps = steps;
   return o;
@@ -131,7 +133,7 @@ TEST(Trainer, CheckpointOfAnotherModelIsRejectedByName) {
   torch::manual_seed(1);
   auto wide = std::make_shared<ToyNet>(64);
   auto obj = testing::toy_objective(wide);
-  auto opt = make_adamw(wide->parameters(), {});
+  auto opt = testing::reference_adamw(wide->parameters());
   ToyData data;
   Trainer t(*obj, *opt, data, options(2));
   try {
@@ -158,7 +160,7 @@ class FailingOptimizer : public Optimizer {
   }
   void zero_grad() override { inner_->zero_grad(); }
   double lr() const override { return inner_->lr(); }
-  void set_lr(double lr) override { inner_->set_lr(lr); }
+  void schedule_lr(const std::function<double(double)>& rate_of) override { inner_->schedule_lr(rate_of); }
   const std::vector<at::Tensor>& parameters() const override { return inner_->parameters(); }
   void save(torch::serialize::OutputArchive& a) const override { inner_->save(a); }
   void load(torch::serialize::InputArchive& a) override { inner_->load(a); }
@@ -175,7 +177,7 @@ class FailingOptimizer : public Optimizer {
 TEST(Trainer, OutOfMemoryInsideTheUpdateIsNotRetried) {
   // A retry would apply an update twice where the optimizer had already written some tensors.
   ToyRun run(options(5));
-  FailingOptimizer failing(make_adamw(run.net->parameters(), {}));
+  FailingOptimizer failing(testing::reference_adamw(run.net->parameters()));
   Trainer t(*run.objective, failing, run.data, options(5));
   try {
     t.fit();
@@ -219,9 +221,8 @@ TEST(Trainer, OutOfMemoryInEvaluationWritesAResumableCheckpoint) {
 
 TEST(Trainer, NonFiniteLossStopsWithAClearError) {
   auto o = options(50);
-  o.schedule.base_lr = 1e6;  // diverges within a few steps
   o.grad_clip = 0;
-  ToyRun run(o);
+  ToyRun run(o, 64, false, /*lr=*/1e6);  // diverges within a few steps
   try {
     run.trainer->fit();
     FAIL() << "expected divergence to be reported";
@@ -273,7 +274,7 @@ TEST(Trainer, HopelessBudgetWritesAnEmergencyCheckpointThatResumes) {
     FAIL() << "expected OutOfMemoryExit";
   } catch (const OutOfMemoryExit& e) {
     set_memory_budget(0);
-    EXPECT_NE(std::string(e.what()).find("memory.budget"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("memory budget"), std::string::npos) << e.what();
     // Where resuming looks: rerunning the same command continues from the emergency state.
     ToyRun resumed(options(10), 4096);
     EXPECT_EQ(resumed.trainer->resume_latest(dir), e.checkpoint_path);
@@ -298,10 +299,9 @@ TEST(Trainer, WeightAverageScoresBelowTheWeightsOnNoisyTraining) {
   // Small batches at a constant, high learning rate: the weights jitter around the minimum and
   // their average sits closer to it. Averaging does not change the trajectory itself.
   auto noisy = options(600);
-  noisy.schedule.base_lr = 5e-2;
   noisy.schedule.kind = LrSchedule::Kind::Constant;
-  ToyRun plain(noisy, 4);
-  ToyRun with_average(averaged(noisy, 0.95), 4);
+  ToyRun plain(noisy, 4, false, 5e-2);
+  ToyRun with_average(averaged(noisy, 0.95), 4, false, 5e-2);
   plain.trainer->fit();
   const double average_loss = with_average.trainer->fit().val_loss;
   expect_same_weights(*plain.net, *with_average.net);

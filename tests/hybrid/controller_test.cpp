@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "hybrid/hybrid/controller.h"
+#include "hybrid/controller.h"
 #include "hybrid/hybrid/options.h"
 
 namespace {
@@ -143,8 +143,8 @@ TEST(PhaseController, StepScaleFollowsConfidence) {
   ht::PhaseController c(o);
   const double low = c.step_scale();
   for (int i = 0; i < 20; ++i) c.on_verification(true);
-  c.on_direction_error(1.0, 0.0);
-  c.on_direction_error(1.0, 0.0);
+  c.on_direction_error(1.0);
+  c.on_direction_error(1.0);
   const double high = c.step_scale();
   EXPECT_GT(high, low);
   EXPECT_LE(high, 3.0);
@@ -157,7 +157,7 @@ TEST(PhaseController, SaveLoadRestoresEveryDecisionInput) {
   a.on_verification(true);
   a.on_verification(false);
   a.on_loss_error(3.0);
-  a.on_direction_error(0.7, 0.4);
+  a.on_direction_error(0.7);
   a.on_rates(2.0, 1.0);
   a.on_predicted_step();
   torch::serialize::OutputArchive out;

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "hybrid/hybrid/strategy.h"
+#include "hybrid/hybrid/lookahead.h"
 #include "support/scratch_dir.h"
 #include "toy_problems.h"
 

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "hybrid/core/allocator.h"
-#include "hybrid/hybrid/divergence.h"
-#include "hybrid/hybrid/snapshot.h"
+#include "hybrid/divergence.h"
+#include "hybrid/snapshot.h"
 
 TEST(WeightSnapshot, RestoreIsBitExactAndAllocationFree) {
   torch::manual_seed(1);

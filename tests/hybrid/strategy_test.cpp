@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "hybrid/core/allocator.h"
+#include "hybrid/hybrid_engine.h"
 #include "hybrid/hybrid/strategy.h"
 #include "support/scratch_dir.h"
 #include "toy_problems.h"
@@ -56,7 +57,7 @@ std::vector<ht::StepRecord> run_steps(ht::Trainer& trainer, int64_t n) {
   return recs;
 }
 
-int64_t count_phase(const std::vector<ht::StepRecord>& recs, const std::string& phase) {
+int64_t count_phase(const std::vector<ht::StepRecord>& recs, ht::Phase phase) {
   return std::count_if(recs.begin(), recs.end(), [&](const ht::StepRecord& r) { return r.phase == phase; });
 }
 
@@ -75,21 +76,21 @@ double plain_bowl_loss(int64_t steps) {
 
 TEST(HybridStrategy, PhasesGoWarmupFullPredictCorrect) {
   toy::BowlRun run(60);
-  auto strategy = std::make_unique<ht::HybridStrategy>(toy_options("ema"));
-  ht::HybridStrategy* hybrid = strategy.get();
+  auto strategy = std::make_unique<ht::HybridEngine>(toy_options("ema"));
+  ht::HybridEngine* hybrid = strategy.get();
   run.trainer->set_strategy(std::move(strategy));
   const auto recs = run_steps(*run.trainer, 60);
 
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(recs[i].phase, "warmup") << i;
-  for (int i = 5; i < 13; ++i) EXPECT_EQ(recs[i].phase, "full") << i;
-  EXPECT_EQ(recs[13].phase, "predict");
-  EXPECT_EQ(recs[14].phase, "predict");
-  EXPECT_EQ(recs[15].phase, "correct");
-  EXPECT_EQ(recs[16].phase, "full");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(recs[i].phase, ht::Phase::Warmup) << i;
+  for (int i = 5; i < 13; ++i) EXPECT_EQ(recs[i].phase, ht::Phase::Full) << i;
+  EXPECT_EQ(recs[13].phase, ht::Phase::Predict);
+  EXPECT_EQ(recs[14].phase, ht::Phase::Predict);
+  EXPECT_EQ(recs[15].phase, ht::Phase::Correct);
+  EXPECT_EQ(recs[16].phase, ht::Phase::Full);
   // The order always holds: predict is entered only from full, correct only after predict.
   for (size_t i = 1; i < recs.size(); ++i) {
-    if (recs[i].phase == "predict") EXPECT_TRUE(recs[i - 1].phase == "full" || recs[i - 1].phase == "predict");
-    if (recs[i].phase == "correct") EXPECT_EQ(recs[i - 1].phase, "predict");
+    if (recs[i].phase == ht::Phase::Predict) EXPECT_TRUE(recs[i - 1].phase == ht::Phase::Full || recs[i - 1].phase == ht::Phase::Predict);
+    if (recs[i].phase == ht::Phase::Correct) EXPECT_EQ(recs[i - 1].phase, ht::Phase::Predict);
   }
   EXPECT_TRUE(has_message(run.logger, "warmup -> full"));
   EXPECT_TRUE(has_message(run.logger, "full -> predict"));
@@ -97,7 +98,7 @@ TEST(HybridStrategy, PhasesGoWarmupFullPredictCorrect) {
   for (const auto& r : recs) {
     EXPECT_EQ(r.step, &r - &recs[0] + 1);
     ASSERT_TRUE(r.extra.count("confidence"));
-    if (r.phase == "predict") {
+    if (r.phase == ht::Phase::Predict) {
       EXPECT_TRUE(std::isnan(r.grad_norm));  // no backward
       EXPECT_TRUE(r.extra.count("predicted_loss"));
     }
@@ -112,8 +113,8 @@ TEST(HybridStrategy, ExtrapolationIsAcceptedAndWorthRealStepsOnTheBowl) {
   // update (or its EMA) keeps lowering the loss. Predicted steps must be accepted and count.
   for (const std::string name : {"last", "ema", "dmd"}) {
     toy::BowlRun run(200);
-    auto strategy = std::make_unique<ht::HybridStrategy>(toy_options(name));
-    ht::HybridStrategy* hybrid = strategy.get();
+    auto strategy = std::make_unique<ht::HybridEngine>(toy_options(name));
+    ht::HybridEngine* hybrid = strategy.get();
     run.trainer->set_strategy(std::move(strategy));
     const double start = run.loss();
     const auto recs = run_steps(*run.trainer, 200);
@@ -144,8 +145,8 @@ TEST(HybridStrategy, DmdPredictsTheBowlsTrueUpdates) {
   toy::BowlRun run(150);
   ht::HybridOptions o = toy_options("dmd");
   o.dmd_ridge = 1e-12;  // noise-free updates: fit the modes, do not shrink them
-  auto strategy = std::make_unique<ht::HybridStrategy>(o);
-  ht::HybridStrategy* hybrid = strategy.get();
+  auto strategy = std::make_unique<ht::HybridEngine>(o);
+  ht::HybridEngine* hybrid = strategy.get();
   run.trainer->set_strategy(std::move(strategy));
   const auto recs = run_steps(*run.trainer, 150);
   int measured = 0;
@@ -167,10 +168,10 @@ TEST(HybridStrategy, RollbackIsBitExact) {
   // Every prediction is harmful and rolled back; SGD on the bowl is deterministic and batch-free,
   // so the weights must equal plain training's after the same number of real steps, bit for bit.
   toy::BowlRun run(120);
-  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
+  run.trainer->set_strategy(std::make_unique<ht::HybridEngine>(
       toy_options("ema"), std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate)));
   const auto recs = run_steps(*run.trainer, 120);
-  const int64_t real = 120 - count_phase(recs, "predict");
+  const int64_t real = 120 - count_phase(recs, ht::Phase::Predict);
   const int64_t rolled = std::count_if(recs.begin(), recs.end(), [](const ht::StepRecord& r) {
     return r.extra.at("rolled_back") == 1.0;
   });
@@ -187,9 +188,9 @@ TEST(HybridStrategy, PredictedStepsMustBeWorthAShareOfTheRealStepsTheyReplace) {
     toy::BowlRun run(120);
     ht::HybridOptions o = toy_options("ema");
     o.min_step_worth = min_step_worth;
-    auto strategy = std::make_unique<ht::HybridStrategy>(
+    auto strategy = std::make_unique<ht::HybridEngine>(
         o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Timid, 0.1));
-    ht::HybridStrategy* hybrid = strategy.get();
+    ht::HybridEngine* hybrid = strategy.get();
     run.trainer->set_strategy(std::move(strategy));
     run_steps(*run.trainer, 120);
     return hybrid->summary();
@@ -225,11 +226,11 @@ struct Curve {
   }
 };
 
-Curve train_mlp(toy::MlpRun& run, int64_t steps, int64_t every, ht::HybridStrategy* hybrid, int64_t probe_batches) {
+Curve train_mlp(toy::MlpRun& run, int64_t steps, int64_t every, ht::HybridEngine* hybrid, int64_t probe_batches) {
   Curve c;
   int64_t real = 0, predicted = 0;
   for (int64_t i = 0; i < steps; i += every) {
-    for (const auto& r : run_steps(*run.trainer, every)) (r.phase == "predict" ? predicted : real) += 1;
+    for (const auto& r : run_steps(*run.trainer, every)) (r.phase == ht::Phase::Predict ? predicted : real) += 1;
     c.val.push_back(run.val_loss());
     const int64_t fwd = hybrid ? hybrid->summary().verify_forwards * probe_batches : 0;
     c.cost.push_back(cost(real, predicted, fwd));
@@ -246,8 +247,8 @@ TEST(HybridStrategy, MeanPredictorMatchesPlainWithAThirdFewerBackwardPasses) {
   auto plain = make_mlp(steps);
   const Curve pc = train_mlp(*plain, steps, 100, nullptr, 0);
   auto run = make_mlp(steps);
-  auto strategy = std::make_unique<ht::HybridStrategy>(mean_options());
-  ht::HybridStrategy* hybrid = strategy.get();
+  auto strategy = std::make_unique<ht::HybridEngine>(mean_options());
+  ht::HybridEngine* hybrid = strategy.get();
   run->trainer->set_strategy(std::move(strategy));
   const Curve hc = train_mlp(*run, steps, 100, hybrid, mean_options().probe_batches);
   const auto& s = hybrid->summary();
@@ -268,9 +269,9 @@ TEST(HybridStrategy, BadPredictorsAreAlwaysRolledBackAndNeverSlowTrainingDown) {
   for (auto mode : {toy::SabotagedPredictor::Mode::Negate, toy::SabotagedPredictor::Mode::Noise}) {
     auto run = make_mlp(steps);
     ht::HybridOptions o;  // defaults, wall-clock pay check on
-    auto strategy = std::make_unique<ht::HybridStrategy>(
+    auto strategy = std::make_unique<ht::HybridEngine>(
         o, std::make_unique<toy::SabotagedPredictor>(mode, 0.05, ht::make_mean_predictor()));
-    ht::HybridStrategy* hybrid = strategy.get();
+    ht::HybridEngine* hybrid = strategy.get();
     run->trainer->set_strategy(std::move(strategy));
     const Curve hc = train_mlp(*run, steps, 25, hybrid, o.probe_batches);
     const auto& s = hybrid->summary();
@@ -288,25 +289,25 @@ TEST(HybridStrategy, TensorMemoryStaysFlatAcrossPredictAndRollbackCycles) {
   ht::HybridOptions o = toy_options("ema");
   o.enter_confidence = 0.0;  // predict every cycle, whatever the outcomes
   o.tolerance = 1.0;         // keep the good phases; the bad ones are noise of norm 1e3
-  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
+  run.trainer->set_strategy(std::make_unique<ht::HybridEngine>(
       o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::AlternatePhases, 1e3)));
   const auto recs = run_steps(*run.trainer, 700);
   // Gradients are freed as a predict phase begins and come back with the next real step: a step
   // ends without them when it was a kept predicted step or a predicted one follows (a rolled-back
   // predicted step reports as the correct step that replaced it). Each kind holds its constant.
   auto starts_predicted = [](const ht::StepRecord& r) {
-    return r.phase == "predict" || r.extra.at("rolled_back") == 1.0;
+    return r.phase == ht::Phase::Predict || r.extra.at("rolled_back") == 1.0;
   };
   int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {0, 0};
   for (size_t i = 100; i + 1 < recs.size(); ++i) {
-    const int k = recs[i].phase == "predict" || starts_predicted(recs[i + 1]);
+    const int k = recs[i].phase == ht::Phase::Predict || starts_predicted(recs[i + 1]);
     lo[k] = std::min(lo[k], recs[i].tensor_bytes);
     hi[k] = std::max(hi[k], recs[i].tensor_bytes);
   }
   int64_t rollbacks = 0, kept = 0;
   for (const auto& r : recs) {
     rollbacks += r.extra.at("rolled_back") == 1.0;
-    kept += r.phase == "predict";
+    kept += r.phase == ht::Phase::Predict;
   }
   EXPECT_GE(rollbacks, 10);
   EXPECT_GE(kept, 50);
@@ -323,20 +324,20 @@ TEST(HybridStrategy, BatchVerificationAcceptsGoodAndRejectsBadPredictions) {
   o.verify = "batch";
   {
     toy::BowlRun run(100);
-    auto strategy = std::make_unique<ht::HybridStrategy>(o);
-    ht::HybridStrategy* hybrid = strategy.get();
+    auto strategy = std::make_unique<ht::HybridEngine>(o);
+    ht::HybridEngine* hybrid = strategy.get();
     run.trainer->set_strategy(std::move(strategy));
     const auto recs = run_steps(*run.trainer, 100);
     EXPECT_GT(hybrid->summary().share_predicted(), 0.3);
     EXPECT_EQ(hybrid->summary().rollbacks, 0);
     for (const auto& r : recs)
-      if (r.phase == "predict") EXPECT_TRUE(std::isfinite(r.loss));  // its own batch's loss
+      if (r.phase == ht::Phase::Predict) EXPECT_TRUE(std::isfinite(r.loss));  // its own batch's loss
   }
   {
     toy::BowlRun run(100);
-    auto strategy = std::make_unique<ht::HybridStrategy>(
+    auto strategy = std::make_unique<ht::HybridEngine>(
         o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise, 1e3));
-    ht::HybridStrategy* hybrid = strategy.get();
+    ht::HybridEngine* hybrid = strategy.get();
     run.trainer->set_strategy(std::move(strategy));
     run_steps(*run.trainer, 100);
     EXPECT_EQ(hybrid->summary().accepted, 0);
@@ -354,8 +355,8 @@ void expect_bit_exact_resume(const ht::HybridOptions& o, int64_t total, Stop sto
   const ht::testing::ScratchDir scratch;  // its own: ctest runs the resume tests side by side
   const std::string path = scratch.file("resume.ht");
   auto a = make_mlp(total, 1);
-  auto sa = std::make_unique<ht::HybridStrategy>(o);
-  ht::HybridStrategy* ha = sa.get();
+  auto sa = std::make_unique<ht::HybridEngine>(o);
+  ht::HybridEngine* ha = sa.get();
   a->trainer->set_strategy(std::move(sa));
   int64_t saved_at = 0;
   ht::Phase phase_at_save = ht::Phase::Warmup;
@@ -372,8 +373,8 @@ void expect_bit_exact_resume(const ht::HybridOptions& o, int64_t total, Stop sto
   run_steps(*a->trainer, total - saved_at);
 
   auto b = make_mlp(total, 99);  // another init: everything must come from the checkpoint
-  auto sb = std::make_unique<ht::HybridStrategy>(o);
-  ht::HybridStrategy* hb = sb.get();
+  auto sb = std::make_unique<ht::HybridEngine>(o);
+  ht::HybridEngine* hb = sb.get();
   b->trainer->set_strategy(std::move(sb));
   b->trainer->load_checkpoint(path);
   EXPECT_EQ(hb->controller().phase(), phase_at_save) << what;
@@ -387,7 +388,7 @@ void expect_bit_exact_resume(const ht::HybridOptions& o, int64_t total, Stop sto
 }
 
 // Inside a predict phase, with a verified point behind it and steps still to come.
-bool mid_predict(const ht::HybridStrategy& h, int64_t step) {
+bool mid_predict(const ht::HybridEngine& h, int64_t step) {
   const auto& c = h.controller();
   return step > 60 && c.phase() == ht::Phase::Predict && c.steps_in_phase() >= 5 &&
          c.steps_in_phase() + 1 < c.horizon();
@@ -410,7 +411,7 @@ TEST(HybridStrategy, ResumeInTheMiddleOfAPredictPhaseIsBitExact) {
 
 TEST(HybridStrategy, ResumeInTheMiddleOfAStretchIsBitExact) {
   // The mean predictor's anchor lives in a buffer between steps: it must be in the checkpoint.
-  expect_bit_exact_resume(mean_options(), 260, [](const ht::HybridStrategy& h, int64_t step) {
+  expect_bit_exact_resume(mean_options(), 260, [](const ht::HybridEngine& h, int64_t step) {
     return step > 180 && h.controller().phase() == ht::Phase::Full;
   }, "mean, mid-stretch");
 }
@@ -418,15 +419,15 @@ TEST(HybridStrategy, ResumeInTheMiddleOfAStretchIsBitExact) {
 TEST(HybridStrategy, RssmRunsEndToEndAndReportsItsForecasts) {
   toy::MlpRun run(300);
   ht::HybridOptions o = toy_options("rssm");
-  auto strategy = std::make_unique<ht::HybridStrategy>(o);
-  ht::HybridStrategy* hybrid = strategy.get();
+  auto strategy = std::make_unique<ht::HybridEngine>(o);
+  ht::HybridEngine* hybrid = strategy.get();
   run.trainer->set_strategy(std::move(strategy));
   const double start = run.val_loss();
   const auto recs = run_steps(*run.trainer, 300);
   EXPECT_LT(run.val_loss(), 0.5 * start);
   EXPECT_GT(hybrid->summary().phases_predict, 0);
   for (const auto& r : recs) {
-    if (r.phase != "predict") continue;
+    if (r.phase != ht::Phase::Predict) continue;
     EXPECT_TRUE(std::isfinite(r.extra.at("predicted_loss")));
   }
   EXPECT_GT(hybrid->predictor().state_bytes(), 0);
@@ -434,8 +435,8 @@ TEST(HybridStrategy, RssmRunsEndToEndAndReportsItsForecasts) {
 
 TEST(HybridStrategy, FitReportsTheSummaryOnFinish) {
   toy::BowlRun run(80);
-  auto strategy = std::make_unique<ht::HybridStrategy>(toy_options("ema"));
-  ht::HybridStrategy* hybrid = strategy.get();
+  auto strategy = std::make_unique<ht::HybridEngine>(toy_options("ema"));
+  ht::HybridEngine* hybrid = strategy.get();
   run.trainer->set_strategy(std::move(strategy));
   run.trainer->fit();
   EXPECT_TRUE(has_message(run.logger, "hybrid summary (ema)"));
@@ -452,7 +453,7 @@ TEST(HybridStrategy, EvaluationsWaitForVerifiedWeightsAndNeverRepeatAStep) {
   // Predict phases that are rolled back rewind the step count, sometimes across a due evaluation.
   toy::MlpRun run(300);
   const int64_t every = 3;
-  run.trainer->mutable_options().eval_every = every;
+  run.configure([&](ht::TrainerOptions& t) { t.eval_every = every; });
   // Predicted steps that are always wrong, checked first after 4 steps: every phase passes a
   // due step and is rolled back to before it.
   ht::HybridOptions o = toy_options("ema");
@@ -460,12 +461,12 @@ TEST(HybridStrategy, EvaluationsWaitForVerifiedWeightsAndNeverRepeatAStep) {
   o.min_predict_steps = 8;
   o.verify_every = 8;
   run.trainer->set_strategy(
-      std::make_unique<ht::HybridStrategy>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise)));
+      std::make_unique<ht::HybridEngine>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise)));
   run.trainer->fit();
   int64_t rollbacks = 0, predicted = 0;
   for (const auto& r : run.logger.steps) {
     rollbacks += r.extra.at("rolled_back") == 1.0;
-    predicted += r.phase == "predict";
+    predicted += r.phase == ht::Phase::Predict;
   }
   ASSERT_GT(rollbacks, 0) << "no rollback: the test proves nothing";
   ASSERT_GT(predicted, 0);
@@ -497,11 +498,13 @@ TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
   std::filesystem::create_directories(copies);
 
   auto a = make_mlp(total);
-  a->trainer->mutable_options().eval_every = every;
-  a->trainer->mutable_options().checkpoint.dir = dir.string();
-  a->trainer->mutable_options().checkpoint.every_steps = 1;
-  auto owned = std::make_unique<ht::HybridStrategy>(mean_options());
-  ht::HybridStrategy* sa = owned.get();
+  a->configure([&](ht::TrainerOptions& t) {
+    t.eval_every = every;
+    t.checkpoint.dir = dir.string();
+    t.checkpoint.every_steps = 1;
+  });
+  auto owned = std::make_unique<ht::HybridEngine>(mean_options());
+  ht::HybridEngine* sa = owned.get();
   a->trainer->set_strategy(std::move(owned));
   a->logger.on_checkpoint_written = [&](const std::string& path, int64_t step) {
     const int64_t last_eval = a->logger.evals.empty() ? 0 : a->logger.evals.back().step;
@@ -517,8 +520,8 @@ TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
   int64_t deferred = 0;  // saves whose evaluation ran later at a verified point, off the grid
   for (const Saved& s : saved) {
     auto b = make_mlp(total, 99);  // another init: everything must come from the checkpoint
-    b->trainer->mutable_options().eval_every = every;
-    b->trainer->set_strategy(std::make_unique<ht::HybridStrategy>(mean_options()));
+    b->configure([&](ht::TrainerOptions& t) { t.eval_every = every; });
+    b->trainer->set_strategy(std::make_unique<ht::HybridEngine>(mean_options()));
     b->trainer->load_checkpoint(s.file.string());
     b->trainer->fit();
     const auto& b_evals = b->logger.evals;
@@ -543,8 +546,8 @@ TEST(HybridStrategy, ARunThatEndsInsideAPredictPhaseEndsOnVerifiedWeights) {
     toy::MlpRun run(steps);
     ht::HybridOptions o = toy_options("ema");
     o.enter_confidence = 0.0;
-    auto owned = std::make_unique<ht::HybridStrategy>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate));
-    ht::HybridStrategy* strategy = owned.get();
+    auto owned = std::make_unique<ht::HybridEngine>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate));
+    ht::HybridEngine* strategy = owned.get();
     run.trainer->set_strategy(std::move(owned));
     while (run.trainer->step() < steps) {
       final_step_predicted += run.trainer->step() + 1 == steps && strategy->controller().phase() == ht::Phase::Predict;
@@ -562,13 +565,13 @@ TEST(HybridStrategy, ProbesPeekSoTheDataOrderIsPlainModes) {
   ht::HybridOptions o = toy_options("ema");
   o.enter_confidence = 0.0;
   o.probe_batches = 3;
-  auto owned = std::make_unique<ht::HybridStrategy>(o);
-  ht::HybridStrategy* strategy = owned.get();
+  auto owned = std::make_unique<ht::HybridEngine>(o);
+  ht::HybridEngine* strategy = owned.get();
   run.trainer->set_strategy(std::move(owned));
   int64_t real_steps = 0;
   while (run.trainer->step() < 300) {
     const ht::StepRecord r = run.trainer->train_step();
-    real_steps += r.phase != "predict" || r.extra.at("rolled_back") == 1.0;  // a rollback's step is real
+    real_steps += r.phase != ht::Phase::Predict || r.extra.at("rolled_back") == 1.0;  // a rollback's step is real
   }
   ASSERT_GT(strategy->summary().predicted_applied, 0) << "no predict phase: no probe was read";
   EXPECT_EQ(run.data.cursor().position, real_steps);
@@ -585,7 +588,7 @@ TEST(HybridStrategy, RolledBackStepsDoNotCountAgainstTheScheduleOrTheBudget) {
   ht::HybridOptions o = toy_options("ema");
   o.enter_confidence = 0.0;  // predict every cycle
   run.trainer->set_strategy(
-      std::make_unique<ht::HybridStrategy>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate)));
+      std::make_unique<ht::HybridEngine>(o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Negate)));
   int64_t calls = 0, undone = 0;
   while (run.trainer->step() < 300 && calls < 1000) {
     const ht::StepRecord r = run.trainer->train_step();
@@ -633,10 +636,10 @@ TEST(HybridStrategy, BatchVerificationBandDoesNotWidenWithTheForecast) {
   o.verify = "batch";
   o.enter_confidence = 0.0;
   o.spike_zscore = 1e9;  // the band alone judges these steps
-  auto owned = std::make_unique<ht::HybridStrategy>(
+  auto owned = std::make_unique<ht::HybridEngine>(
       o, std::make_unique<ForecastingPredictor>(
              std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise, 2.0), 100.0));
-  ht::HybridStrategy* hybrid = owned.get();
+  ht::HybridEngine* hybrid = owned.get();
   run.trainer->set_strategy(std::move(owned));
   run_steps(*run.trainer, 100);
   EXPECT_GE(hybrid->summary().rollbacks, 3);
@@ -649,8 +652,8 @@ TEST(HybridStrategy, DriftRunsOnTheShortestStretchValidationAllows) {
   ht::HybridOptions o = toy_options("drift");
   o.full_steps = 4;
   o.enter_confidence = 0.0;
-  auto owned = std::make_unique<ht::HybridStrategy>(o);
-  ht::HybridStrategy* hybrid = owned.get();
+  auto owned = std::make_unique<ht::HybridEngine>(o);
+  ht::HybridEngine* hybrid = owned.get();
   run.trainer->set_strategy(std::move(owned));
   EXPECT_NO_THROW(run_steps(*run.trainer, 200));
   EXPECT_GE(hybrid->summary().phases_predict, 5);
@@ -667,9 +670,9 @@ TEST(HybridStrategy, BatchVerificationDoesNotReadBatchNoiseAsOscillation) {
   o.max_predict_steps = 64;
   o.verify_every = 16;
   o.tolerance = 1.0;  // the band is not the point here
-  auto owned = std::make_unique<ht::HybridStrategy>(
+  auto owned = std::make_unique<ht::HybridEngine>(
       o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Timid, 0.0));
-  ht::HybridStrategy* hybrid = owned.get();
+  ht::HybridEngine* hybrid = owned.get();
   run.trainer->set_strategy(std::move(owned));
   run_steps(*run.trainer, 1000);
   ASSERT_GE(hybrid->summary().predicted_applied, 500);
@@ -682,7 +685,7 @@ TEST(HybridStrategy, ProbeSlopeDividesTheRealStepsProgressByTheirNumber) {
   // predicted step of a phase is forecast with can be recomputed from the run: the probe loss
   // the last phase ended on, the one after the decision step, and the real steps in between.
   toy::BowlRun run(100);
-  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(toy_options("ema")));
+  run.trainer->set_strategy(std::make_unique<ht::HybridEngine>(toy_options("ema")));
   std::vector<ht::StepRecord> recs;
   std::vector<double> after;  // loss after each step
   for (int i = 0; i < 100; ++i) {
@@ -691,7 +694,7 @@ TEST(HybridStrategy, ProbeSlopeDividesTheRealStepsProgressByTheirNumber) {
   }
   int64_t checked = 0, last_predicted = -1;
   for (int64_t i = 1; i < 100; ++i) {
-    if (recs[i].phase == "predict" && recs[i - 1].phase != "predict" && last_predicted >= 0) {
+    if (recs[i].phase == ht::Phase::Predict && recs[i - 1].phase != ht::Phase::Predict && last_predicted >= 0) {
       const double end = after[last_predicted];
       ASSERT_EQ(recs[last_predicted].extra.at("actual_loss"), end);  // the phase ended verified there
       const double slope = (after[i - 1] - end) / static_cast<double>(i - 1 - last_predicted);
@@ -699,7 +702,7 @@ TEST(HybridStrategy, ProbeSlopeDividesTheRealStepsProgressByTheirNumber) {
           << "step " << recs[i].step;
       ++checked;
     }
-    if (recs[i].phase == "predict") last_predicted = i;
+    if (recs[i].phase == ht::Phase::Predict) last_predicted = i;
   }
   EXPECT_GE(checked, 3);
 }
@@ -712,9 +715,9 @@ TEST(HybridStrategy, SummaryCountsOnlyKeptPredictedStepsAsPredicted) {
     ht::HybridOptions o = toy_options("ema");
     o.verify = verify;
     o.enter_confidence = 0.0;
-    auto owned = std::make_unique<ht::HybridStrategy>(
+    auto owned = std::make_unique<ht::HybridEngine>(
         o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise, 1e3));
-    ht::HybridStrategy* hybrid = owned.get();
+    ht::HybridEngine* hybrid = owned.get();
     run.trainer->set_strategy(std::move(owned));
     run.trainer->fit();
     const auto& s = hybrid->summary();
@@ -739,10 +742,10 @@ TEST(HybridStrategy, SummaryAddsUpWhenSomePhasesAreKeptAndOthersUndone) {
     o.enter_confidence = 0.0;
     o.tolerance = 1.0;  // keeps the good stretches; the bad ones are far outside
     auto inner = name == "ema" ? ht::make_ema_predictor(0.9) : ht::make_mean_predictor();
-    auto owned = std::make_unique<ht::HybridStrategy>(
+    auto owned = std::make_unique<ht::HybridEngine>(
         o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::AlternatePhases, 1e3,
                                                      std::move(inner)));
-    ht::HybridStrategy* hybrid = owned.get();
+    ht::HybridEngine* hybrid = owned.get();
     run.trainer->set_strategy(std::move(owned));
     run.trainer->fit();
     const auto& s = hybrid->summary();
@@ -766,13 +769,13 @@ TEST(HybridStrategy, ForecastLossStartsFromTheLastVerifiedPoint) {
   ht::HybridOptions o = toy_options("ema");
   o.enter_confidence = 0.0;  // the forecast is off on purpose: keep predicting anyway
   const double per_step = -1e-3;
-  run.trainer->set_strategy(std::make_unique<ht::HybridStrategy>(
+  run.trainer->set_strategy(std::make_unique<ht::HybridEngine>(
       o, std::make_unique<ForecastingPredictor>(ht::make_ema_predictor(0.9), per_step)));
   const auto recs = run_steps(*run.trainer, 120);
   int64_t checked = 0, index = 0, verified_at = 0;
   double verified_loss = NAN;
   for (const auto& r : recs) {
-    if (r.phase != "predict") {
+    if (r.phase != ht::Phase::Predict) {
       index = 0;
       verified_at = 0;
       continue;
@@ -812,11 +815,12 @@ std::map<std::string, at::Tensor> optimizer_state(const ht::Optimizer& optimizer
 }
 
 void warmup_cosine(toy::MlpRun& run, int64_t steps) {
-  ht::LrSchedule& s = run.trainer->mutable_options().schedule;
-  s.kind = ht::LrSchedule::Kind::Cosine;
-  s.warmup_steps = 20;
-  s.total_steps = steps;
-  s.min_lr_ratio = 0.1;
+  run.configure([&](ht::TrainerOptions& t) {
+    t.schedule.kind = ht::LrSchedule::Kind::Cosine;
+    t.schedule.warmup_steps = 20;
+    t.schedule.total_steps = steps;
+    t.schedule.min_lr_ratio = 0.1;
+  });
 }
 
 }  // namespace
@@ -836,9 +840,9 @@ TEST(HybridStrategy, RollbackRestoresAdamScheduleAndDataExactly) {
   o.reprobe_max = 16;
   // Always wrong: noise of norm ~1 per coordinate. (Negated EMA updates are not: on this noisy
   // problem some of them lower the probe loss and are kept.)
-  auto owned = std::make_unique<ht::HybridStrategy>(
+  auto owned = std::make_unique<ht::HybridEngine>(
       o, std::make_unique<toy::SabotagedPredictor>(toy::SabotagedPredictor::Mode::Noise));
-  ht::HybridStrategy* hybrid = owned.get();
+  ht::HybridEngine* hybrid = owned.get();
   run.trainer->set_strategy(std::move(owned));
   int64_t multi_step = 0;
   for (int64_t calls = 0; run.trainer->step() < steps && calls < 2 * steps; ++calls) {

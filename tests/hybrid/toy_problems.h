@@ -11,6 +11,7 @@
 
 #include "hybrid/core/trainer.h"
 #include "hybrid/hybrid/predictor.h"
+#include "support/reference_optimizers.h"
 
 namespace toy {
 
@@ -108,15 +109,11 @@ struct BowlRun {
   explicit BowlRun(int64_t max_steps, double lr = 0.1) {
     bowl = std::make_shared<Bowl>();
     objective = ht::make_objective(bowl, [b = bowl.get()](const ht::Batch&) { return b->loss(); });
-    ht::SgdOptions so;
-    so.lr = lr;
-    so.momentum = 0.0;
-    optimizer = ht::make_sgd(bowl->parameters(), so);
+    optimizer = std::make_unique<ht::testing::ReferenceSgd>(bowl->parameters(), lr);
     ht::TrainerOptions to;
     to.max_steps = max_steps;
     to.grad_clip = 0.0;
     to.schedule.kind = ht::LrSchedule::Kind::Constant;
-    to.schedule.base_lr = lr;
     to.schedule.total_steps = max_steps;
     trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
   }
@@ -141,16 +138,21 @@ struct MlpRun {
     objective = ht::make_objective(mlp, [m = mlp.get()](const ht::Batch& b) {
       return torch::mse_loss(m->forward(b.input), b.target);
     });
-    ht::AdamWOptions ao;
+    ht::testing::ReferenceAdamWOptions ao;
     ao.lr = lr;
     ao.weight_decay = 0.0;
-    optimizer = ht::make_adamw(mlp->parameters(), ao);
+    optimizer = ht::testing::reference_adamw(mlp->parameters(), ao);
     ht::TrainerOptions to;
     to.max_steps = max_steps;
     to.grad_clip = 1.0;
     to.schedule.kind = ht::LrSchedule::Kind::Constant;
-    to.schedule.base_lr = lr;
     to.schedule.total_steps = max_steps;
+    trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
+  }
+  // Rebuilds the trainer with changed options (before the first step; strategies are set after).
+  void configure(const std::function<void(ht::TrainerOptions&)>& change) {
+    ht::TrainerOptions to = trainer->options();
+    change(to);
     trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
   }
   double val_loss() { return trainer->evaluate().val_loss; }

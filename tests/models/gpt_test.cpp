@@ -6,9 +6,10 @@
 #include <torch/torch.h>
 
 #include "hybrid/core/data.h"
+#include "hybrid/kernels/optimizers.h"
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/gpt_objective.h"
-#include "hybrid/models/lm_head_loss.h"
+#include "hybrid/kernels/lm_head_loss.h"
 
 namespace ht {
 namespace {

@@ -3,24 +3,12 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "hybrid/core/errors.h"
+
 namespace ht {
-
-// The file cannot be used: missing, truncated, corrupt, or its write failed.
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The file is sound but does not fit what loads it (another model, optimizer or training mode):
-// an older checkpoint of the same directory would not fit either, so resuming does not fall back.
-class CheckpointMismatch : public CheckpointError {
- public:
-  using CheckpointError::CheckpointError;
-};
 
 void write_checkpoint_file(const std::string& path, const std::string& payload);
 std::string read_checkpoint_file(const std::string& path);  // throws CheckpointError

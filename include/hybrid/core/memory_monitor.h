@@ -57,6 +57,12 @@ class MemoryMonitor {
   MemoryCounters counters() const;
   int64_t step_peak_bytes() const;  // peak since begin_step(), so far
   int64_t release_cached();         // gives the allocator's cached blocks back; returns bytes
+  // Makes the allocator that holds this monitor's tensors refuse to go past `bytes` (0: no
+  // budget), and returns the budget in force. CPU: the tracking allocator's budget, which must
+  // be installed (OptionsError otherwise). CUDA (HT_WITH_CUDA builds): the caching allocator's
+  // memory fraction of the device. budget() reads it back.
+  int64_t set_budget(int64_t bytes);
+  int64_t budget() const;
 
   // Over all steps so far.
   int64_t steps() const { return steps_; }
@@ -73,6 +79,7 @@ class MemoryMonitor {
   void reset_allocator_peak();
 
   int device_;
+  int64_t cuda_budget_ = 0;
   int open_[kMemoryPhases] = {0, 0, 0, 0};  // nesting depth of each phase
   int64_t step_peak_ = 0;
   int64_t step_phase_peak_[kMemoryPhases] = {-1, -1, -1, -1};

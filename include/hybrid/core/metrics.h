@@ -11,9 +11,16 @@
 
 namespace ht {
 
+// What a step did. Plain training has only full steps; the hybrid engine cycles through all four:
+// warmup and full steps are ordinary ones (full steps also record the weights), predict steps
+// move the weights by a prediction without a backward pass, correct steps are real steps after them.
+enum class Phase { Warmup = 0, Full = 1, Predict = 2, Correct = 3 };
+constexpr int kPhases = 4;
+const char* phase_name(Phase phase);  // "warmup" | "full" | "predict" | "correct"
+
 struct StepRecord {
   int64_t step = 0;           // 1-based count of steps completed
-  std::string phase = "full"; // warmup | full | predict | correct (plain mode: full)
+  Phase phase = Phase::Full;
   double loss = NAN;          // training loss of this step's batch
   double lr = NAN;
   double grad_norm = NAN;     // before clipping; NaN on steps without backward
@@ -34,6 +41,7 @@ struct EvalRecord {
   int64_t step = 0;
   double val_loss = NAN;
   double accuracy = NAN;  // NaN when the objective has no accuracy
+  std::map<std::string, double> metrics;  // user metrics (Trainer::add_metric), by name
   int64_t items = 0;
   double ms = 0.0;
 };

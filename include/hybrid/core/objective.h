@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "hybrid/core/data.h"
 
@@ -36,6 +37,14 @@ using LossFn = std::function<at::Tensor(const Batch&)>;
 
 // Wraps any module and a loss function; the loss function calls the module itself.
 std::unique_ptr<Objective> make_objective(std::shared_ptr<torch::nn::Module> module, LossFn loss);
+
+// The same for a TORCH_MODULE holder (torch::nn::Linear, a user's `TORCH_MODULE(Net)`): the
+// objective shares the holder's module, so the optimizer built over holder->parameters() updates
+// what the loss calls. (A template: the holder's type is complete where it is used.)
+template <typename Holder, typename = decltype(std::declval<const Holder&>().ptr())>
+std::unique_ptr<Objective> make_objective(const Holder& holder, LossFn loss) {
+  return make_objective(std::shared_ptr<torch::nn::Module>(holder.ptr()), std::move(loss));
+}
 
 // Cross-entropy classifier: module maps input [B, ...] -> logits [B, C]; evaluate counts accuracy.
 std::unique_ptr<Objective> make_classifier_objective(

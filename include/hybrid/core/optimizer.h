@@ -1,7 +1,8 @@
-// The optimizer interface the trainer drives, and the optimizers shipped with the core.
-// Any torch::optim::Optimizer plugs in through wrap_torch_optimizer().
+// The optimizer interface the trainer drives. Any torch::optim::Optimizer plugs in through
+// wrap_torch_optimizer(); the project's own fused optimizers are in hybrid/kernels/optimizers.h.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +21,11 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step() = 0;  // reads each parameter's .grad(), updates the parameter in place
   virtual void zero_grad() = 0;
-  virtual double lr() const = 0;
-  virtual void set_lr(double lr) = 0;
+  // Learning rates have one owner: the optimizer. Each parameter group keeps the rate it was
+  // built with (its base rate); before every step the trainer's schedule sets each group's rate
+  // to rate_of(base), so groups keep their ratios and an unscheduled run trains at the base rate.
+  virtual double lr() const = 0;  // the current rate (of the first group)
+  virtual void schedule_lr(const std::function<double(double base_lr)>& rate_of) = 0;
   virtual const std::vector<at::Tensor>& parameters() const = 0;
   virtual void save(torch::serialize::OutputArchive& archive) const = 0;
   virtual void load(torch::serialize::InputArchive& archive) = 0;
@@ -29,29 +33,23 @@ class Optimizer {
   virtual std::string name() const = 0;
 };
 
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-  bool decay_matrices_only = true;  // GPT convention: no decay on biases and norm gains (dim < 2)
-};
+// The part of an optimizer that owns its base rate: our optimizers derive from it.
+class SingleRateOptimizer : public Optimizer {
+ public:
+  explicit SingleRateOptimizer(double base_lr) : base_lr_(base_lr), lr_(base_lr) {}
+  double lr() const override { return lr_; }
+  void schedule_lr(const std::function<double(double)>& rate_of) override { lr_ = rate_of(base_lr_); }
 
-struct SgdOptions {
-  double lr = 0.1;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
-  bool nesterov = false;
+ protected:
+  double base_lr_;
+  double lr_;
 };
-
-// AdamW in one fused OpenMP pass per tensor: no temporaries, bit-identical across runs for a
-// fixed thread count. Same maths as torch::optim::AdamW (bias-corrected, decoupled decay).
-std::unique_ptr<Optimizer> make_adamw(std::vector<at::Tensor> params, const AdamWOptions& opts);
-std::unique_ptr<Optimizer> make_sgd(std::vector<at::Tensor> params, const SgdOptions& opts);
 
 // Adapter for any LibTorch optimizer (its own state serialisation is used for checkpoints).
 std::unique_ptr<Optimizer> wrap_torch_optimizer(std::shared_ptr<torch::optim::Optimizer> opt,
                                                 std::string name);
+
+// Zeroes every defined gradient in place (LibTorch 1.13's zero_grad; 2.x's frees them instead).
+void zero_grads_in_place(const std::vector<at::Tensor>& params);
 
 }  // namespace ht

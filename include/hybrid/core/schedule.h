@@ -1,5 +1,5 @@
 // Learning-rate schedules: linear warmup then cosine decay to a floor, or constant.
-// A pure function of the step, so a resumed or rewound run needs no schedule state.
+// A pure function of the step and the optimizer's own base rate, so nothing overrides that rate.
 #pragma once
 
 #include <cstdint>
@@ -7,16 +7,19 @@
 
 namespace ht {
 
+// The schedule scales each parameter group's base rate (the rate its optimizer was built with):
+// the optimizer owns the rate, the schedule only its shape over the run. The default is a
+// constant rate, as a torch::optim optimizer trains without a scheduler.
 struct LrSchedule {
   enum class Kind { Constant, Cosine };
-  Kind kind = Kind::Cosine;
-  double base_lr = 1e-3;
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 1000;  // cosine reaches min_lr here
-  double min_lr_ratio = 0.1;   // floor as a fraction of base_lr
+  Kind kind = Kind::Constant;
+  int64_t warmup_steps = 0;    // linear warmup from base / warmup_steps
+  int64_t total_steps = 0;     // cosine reaches the floor here; 0: the run's length (max_steps)
+  double min_lr_ratio = 0.1;   // cosine floor as a fraction of the base rate
 
-  double at(int64_t step) const;  // lr for 0-based step `step`
-  // Throws std::invalid_argument naming the field: base_lr >= 0, warmup_steps >= 0,
+  // The rate of 0-based step `step` for a group whose base rate is base_lr.
+  double at(double base_lr, int64_t step) const;
+  // Throws std::invalid_argument naming the field: warmup_steps >= 0, total_steps >= 0,
   // 0 <= min_lr_ratio <= 1 (above 1 the "decay" would raise the rate, below 0 turn it negative).
   void validate() const;
 };

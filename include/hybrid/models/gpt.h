@@ -11,7 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
-#include "hybrid/models/attention.h"
+#include "hybrid/kernels/attention_core.h"
 
 namespace torch::nn {
 class EmbeddingImpl;

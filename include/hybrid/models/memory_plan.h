@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "hybrid/memory/recompute.h"
+#include "hybrid/kernels/recompute.h"
 #include "hybrid/models/gpt.h"
 
 namespace ht {

@@ -1,0 +1,123 @@
+// AdamW with one fused pass per tensor: decay, both moments and the update in a single loop,
+// no temporaries (LibTorch 1.13's C++ AdamW allocates several full-size tensors per parameter).
+#include <cmath>
+#include <stdexcept>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include "hybrid/kernels/optimizers.h"
+#include "optimizer_state_io.h"
+
+namespace ht {
+namespace {
+
+class AdamW final : public SingleRateOptimizer {
+ public:
+  AdamW(std::vector<at::Tensor> params, const AdamWOptions& o)
+      : SingleRateOptimizer(o.lr), params_(std::move(params)), o_(o) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params_) {
+      m_.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
+      v_.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
+    }
+  }
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    ++t_;
+    const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      const auto& g = p.grad();
+      if (!g.defined()) continue;
+      const bool decay = !o_.decay_matrices_only || p.dim() >= 2;
+      const double wd = decay ? o_.weight_decay : 0.0;
+      if (p.scalar_type() == at::kFloat && p.is_contiguous() && g.is_contiguous() && p.is_cpu()) {
+        fused_step(p, g, m_[i], v_[i], wd, bc1, bc2);
+      } else {
+        reference_step(p, g, m_[i], v_[i], wd, bc1, bc2);
+      }
+    }
+  }
+
+  void zero_grad() override {
+    for (auto& p : params_)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+  const std::vector<at::Tensor>& parameters() const override { return params_; }
+  std::string name() const override { return "adamw"; }
+
+  int64_t state_bytes() const override {
+    int64_t b = 0;
+    for (size_t i = 0; i < m_.size(); ++i) b += m_[i].nbytes() + v_[i].nbytes();
+    return b;
+  }
+
+  void save(torch::serialize::OutputArchive& a) const override {
+    a.write("kind", torch::tensor(1));  // 1 = adamw, checked on load
+    a.write("t", torch::tensor(t_));
+    write_tensor_list(a, "m", m_);
+    write_tensor_list(a, "v", v_);
+  }
+  void load(torch::serialize::InputArchive& a) override {
+    expect_kind(a, 1, "adamw");
+    at::Tensor t;
+    a.read("t", t);
+    t_ = t.item<int64_t>();
+    read_tensor_list_into(a, "m", m_);
+    read_tensor_list_into(a, "v", v_);
+  }
+
+ private:
+  void fused_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, double wd,
+                  double bc1, double bc2) {
+    float* pw = p.data_ptr<float>();
+    const float* gw = g.data_ptr<float>();
+    float* mw = m.data_ptr<float>();
+    float* vw = v.data_ptr<float>();
+    const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
+    const float decay = static_cast<float>(1.0 - lr_ * wd);
+    const float step_size = static_cast<float>(lr_ / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const float eps = static_cast<float>(o_.eps);
+    // Fixed grain: the split (and so the result) depends only on the size and thread count.
+    at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+      for (int64_t j = begin; j < end; ++j) {
+        const float gj = gw[j];
+        const float mj = b1 * mw[j] + (1.0f - b1) * gj;
+        const float vj = b2 * vw[j] + (1.0f - b2) * gj * gj;
+        mw[j] = mj;
+        vw[j] = vj;
+        pw[j] = pw[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+      }
+    });
+  }
+
+  void reference_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, double wd,
+                      double bc1, double bc2) {
+    p.mul_(1.0 - lr_ * wd);
+    m.mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
+    v.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
+    auto denom = (v.sqrt() / std::sqrt(bc2)).add_(o_.eps);
+    p.addcdiv_(m, denom, -lr_ / bc1);
+  }
+
+  std::vector<at::Tensor> params_, m_, v_;
+  AdamWOptions o_;
+  int64_t t_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adamw(std::vector<at::Tensor> params, const AdamWOptions& opts) {
+  if (!(opts.lr >= 0) || !(opts.beta1 >= 0 && opts.beta1 < 1) || !(opts.beta2 >= 0 && opts.beta2 < 1) ||
+      !(opts.eps > 0) || !(opts.weight_decay >= 0))
+    throw std::invalid_argument(
+        "adamw: need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
+  return std::make_unique<AdamW>(std::move(params), opts);
+}
+
+}  // namespace ht
