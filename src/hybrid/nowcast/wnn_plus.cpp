@@ -1,0 +1,105 @@
+// WNN+: every scalar on its own, through Linear(5 -> 128) + the embedding of its parameter kind,
+// 3 x (Linear 128 + SiLU) and horizon k's row of Linear(128 -> 40), added to its last state.
+#include <array>
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "hybrid/hybrid/nowcast.h"
+#include "nowcast_weights.h"
+#include "tensor_scale.h"
+
+namespace ht {
+namespace {
+
+at::Tensor silu_inplace(at::Tensor t) {  // in place, on a temporary
+  at::silu_(t);
+  return t;
+}
+
+using nowcast::TensorScale;
+
+class WnnPlus final : public NowcastModel {
+ public:
+  WnnPlus(const std::string& path, NowcastSpec spec, NowcastOptions options)
+      : NowcastModel(std::move(spec)), chunk_(options.chunk_rows) {
+    if (chunk_ < 1) throw NowcastError("nowcast: NowcastOptions::chunk_rows must be >= 1");
+    for (const auto& p : this->spec().params) {
+      const int kind = static_cast<int>(p.kind);
+      if (p.kind == ParamKind::kAttnQKV) {
+        if (p.shape.size() != 2 || p.shape[1] % 3 != 0) {
+          throw NowcastError("nowcast: '" + p.name + "' has kind kAttnQKV but is not [C, 3C]");
+        }
+      } else if (kind < 1 || kind > 9) {
+        throw NowcastError("nowcast: '" + p.name + "' has kind " + std::to_string(kind) +
+                           "; WNN+ takes parameter kinds 1-9 or kAttnQKV");
+      }
+    }
+    const nowcast::WeightFile f(path, "WNN+", "models/nino/nino_mlp.safetensors");
+    if (f.has("gnn.convs.0.lin.weight")) {
+      throw NowcastError("WNN+ weights '" + path +
+                         "' hold the NiNo GNN; load them with "
+                         "load_nino, or pass models/nino/nino_mlp.safetensors here");
+    }
+    const at::Tensor embed = f.get("layer_embed.weight", {15, -1});  // [15, h]
+    const int64_t h = embed.size(1);
+    w_in_ = f.get("edge_proj.fc.0.weight", {h, kNowcastContext});
+    type_bias_ = embed + f.get("edge_proj.fc.0.bias", {h});  // [15, h]: projection bias folded in
+    for (int l = 0; l < 3; ++l) {
+      const std::string n = "edge_mlp.fc." + std::to_string(2 * l);
+      w_[l] = f.get(n + ".weight", {h, h});
+      b_[l] = f.get(n + ".bias", {h});
+    }
+    w_out_ = f.get("edge_mlp.fc.6.weight", {-1, h});  // [horizons, h]
+    b_out_ = f.get("edge_mlp.fc.6.bias", {w_out_.size(0)});
+  }
+
+  std::string name() const override { return "wnn+"; }
+  int64_t max_horizon() const override { return w_out_.size(0); }
+
+ protected:
+  void predict_checked(const std::vector<std::vector<at::Tensor>>& states, int64_t k,
+                       const std::vector<at::Tensor>& out) override {
+    const at::Tensor w_k = w_out_[k - 1];  // [h]
+    const double b_k = b_out_[k - 1].item<double>();
+    const auto& params = spec().params;
+    for (size_t i = 0; i < params.size(); ++i) {
+      std::vector<at::Tensor> flat;
+      for (const auto& s : states[i]) flat.push_back(s.reshape(-1));
+      const TensorScale scale = nowcast::tensor_scale(flat, chunk_);
+      const at::Tensor out_flat = out[i].view(-1);
+      const int64_t n = out_flat.numel();
+      const bool qkv = params[i].kind == ParamKind::kAttnQKV;
+      const int64_t width = qkv ? params[i].shape[1] : 0;  // 3C
+      const at::Tensor bias = qkv ? at::Tensor() : type_bias_[static_cast<int>(params[i].kind)];
+      for (int64_t a = 0; a < n; a += chunk_) {
+        const int64_t m = std::min(chunk_, n - a);
+        const at::Tensor x = nowcast::normalised_rows(flat, a, m, scale);  // [m, 5]
+        at::Tensor rows = bias;
+        if (qkv) {  // columns [0, C) query, [C, 2C) key, [2C, 3C) value
+          const at::Tensor col = at::remainder(at::arange(a, a + m, at::kLong), width);
+          rows = type_bias_.index_select(0, at::div(col, width / 3, "floor") + 7);  // [m, h]
+        }
+        at::Tensor h = at::addmm(rows, x, w_in_.t());  // [m, h]
+        for (int l = 0; l < 3; ++l) h = silu_inplace(at::addmm(b_[l], h, w_[l].t()));
+        const at::Tensor pred = x.select(1, kNowcastContext - 1) + at::mv(h, w_k).add_(b_k);
+        nowcast::denormalise_into(out_flat.narrow(0, a, m), pred, scale);
+      }
+    }
+  }
+
+ private:
+  int64_t chunk_;
+  at::Tensor w_in_, type_bias_, w_out_, b_out_;
+  std::array<at::Tensor, 3> w_, b_;
+};
+
+}  // namespace
+
+std::unique_ptr<NowcastModel> load_wnn_plus(const std::string& path, NowcastSpec spec,
+                                            NowcastOptions options) {
+  return std::make_unique<WnnPlus>(path, std::move(spec), options);
+}
+
+}  // namespace ht
