@@ -8,6 +8,7 @@
 
 #include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor_registry.h"
+#include "hybrid/models/model_registry.h"
 
 namespace ht::cli {
 namespace {
@@ -26,6 +27,22 @@ namespace {
 
 // hybrid.predictor's values and each predictor's own keys (hybrid.<option>), from the registry:
 // a new predictor brings its keys to the CLI, `config --keys` and the range checks by itself.
+// model.kind's values and each model's own keys (model.<key>), from the model registry; a key
+// two models declare (a shared setting) is listed once, as the first declares it.
+std::vector<KeySpec> model_keys() {
+  std::vector<std::string> names;
+  for (const auto& spec : model_registry()) names.push_back(spec.name);
+  std::vector<KeySpec> keys = {{"model.kind", KeyType::String, model_registry().front().name, names, "architecture"}};
+  for (const auto& spec : model_registry())
+    for (const auto& k : spec.keys) {
+      const std::string key = "model." + k.key;
+      if (std::any_of(keys.begin(), keys.end(), [&](const KeySpec& s) { return s.key == key; })) continue;
+      keys.push_back({key, k.integer ? KeyType::Int : KeyType::String, k.default_value, k.allowed,
+                      spec.name + ": " + k.help, k.integer ? Range::in(k.min, k.max) : Range{}});
+    }
+  return keys;
+}
+
 std::vector<KeySpec> predictor_keys() {
   std::vector<std::string> names;
   for (const auto& spec : predictor_registry()) names.push_back(spec.name);
@@ -60,15 +77,6 @@ const std::vector<KeySpec>& config_schema() {
       {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation", R::in(0, 1).open_lo().open_hi().means("0 would leave nothing to evaluate on")},
       {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all", R::in(1, kHuge).or_value(-1, "-1 = all")},
 
-      {"model.kind", T::String, "gpt", {"gpt", "mlp", "cnn"}, "architecture"},
-      {"model.preset", T::String, "tiny", {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}, "GPT size"},
-      {"model.n_layer", T::Int, "0", {}, "override the preset's layers (0 = preset)", R::in(0, 1024).means("0 = preset")},
-      {"model.n_head", T::Int, "0", {}, "override the preset's heads (0 = preset)", R::in(0, 1024).means("0 = preset")},
-      {"model.n_embd", T::Int, "0", {}, "override the preset's width (0 = preset)", R::in(0, 1 << 16).means("0 = preset")},
-      {"model.block_size", T::Int, "0", {}, "override the preset's context (0 = preset)", R::in(0, kMillion).means("0 = preset")},
-      {"model.vocab_size", T::Int, "0", {}, "override the vocabulary (0 = preset, 256 for byte data)", R::in(0, 1 << 24).means("0 = preset")},
-      {"model.init_from", T::String, "", {}, "GPT-2 safetensors file to start from"},
-      {"model.attention", T::String, "naive", {"naive", "flash"}, "attention kernel"},
 
       {"optim.name", T::String, "adamw", {"adamw", "sgd", "adamw8bit"}, "optimizer"},
       {"optim.lr", T::Float, "0.003", {}, "peak learning rate", R::in(0, 10)},
@@ -125,7 +133,10 @@ const std::vector<KeySpec>& config_schema() {
       {"sample.temperature", T::Float, "0.8", {}, "sampling temperature; 0 = greedy", R::in(0, 100).means("0 = greedy")},
       {"sample.top_k", T::Int, "40", {}, "sample among the k most likely tokens; 0 = all", R::in(0, kMillion).means("0 = all tokens")},
   };
-  // The predictors' keys go where hybrid.* begins.
+  // The models' keys go where optim.* begins, the predictors' where hybrid.* begins.
+  const auto models_at = std::find_if(keys.begin(), keys.end(), [](const KeySpec& k) { return k.key.rfind("optim.", 0) == 0; });
+  const std::vector<KeySpec> models = model_keys();
+  keys.insert(models_at, models.begin(), models.end());
   const auto at = std::find_if(keys.begin(), keys.end(), [](const KeySpec& k) { return k.key.rfind("hybrid.", 0) == 0; });
   const std::vector<KeySpec> predictors = predictor_keys();
   keys.insert(at, predictors.begin(), predictors.end());

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor_registry.h"
+#include "hybrid/models/model_registry.h"
 #include "session.h"
 
 namespace ht::cli {
@@ -87,6 +88,7 @@ void print_gpt2_table(int64_t threads) {
 PlanInputs plan_inputs(const Config& c) {
   PlanInputs in;
   in.kind = c.get_string("model.kind");
+  in.config = c;
   in.shape.batch = c.get_int("data.batch_size");
   in.shape.grad_accum = c.get_int("optim.grad_accum");
   const int64_t threads = c.get_int("run.threads");
@@ -119,8 +121,10 @@ PlanInputs plan_inputs(const Config& c) {
 }
 
 MemoryEstimate estimate_memory(const PlanInputs& in) {
-  if (in.kind == "gpt") return estimate_gpt_memory(in.gpt, in.shape, in.levers);
-  return estimate_classifier_memory(in.kind, in.shape, in.levers);
+  // The model's own memory model from the registry, or a measured step where it has none.
+  DataShape data;
+  if (in.kind == "gpt") data = DataShape{in.gpt.vocab_size, in.shape.context};
+  return estimate_model_memory(find_model(in.kind), *model_settings(in.config), data, in.shape, in.levers);
 }
 
 int run_plan(const std::vector<std::string>& args, const std::string& budget_text) {

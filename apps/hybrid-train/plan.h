@@ -11,6 +11,7 @@ namespace ht::cli {
 
 struct PlanInputs {
   std::string kind;  // model.kind
+  Config config;     // the model.* settings the model registry reads
   GPTConfig gpt;     // when kind = gpt
   TrainShape shape;
   MemoryLevers levers;

@@ -25,6 +25,7 @@
 #include "hybrid/models/gpt_objective.h"
 #include "hybrid/models/gpt_weights.h"
 #include "hybrid/models/image_classifier.h"
+#include "hybrid/models/model_registry.h"
 #include "hybrid/core/safetensors.h"
 
 namespace ht::cli {
@@ -94,68 +95,40 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tens
   }
 }
 
-// The GPT attention seam with the tiled FlashAttention kernel: qkv [B, T, 3C] -> y [B, T, C].
-AttentionCore flash_attention_core() {
-  return [](const at::Tensor& qkv, int64_t n_head, double /*dropout_p*/) {
-    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
-    const auto parts = qkv.split(C, 2);                                              // 3 x [B, T, C]
-    at::Tensor y = flash_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);  // [B, nh, T, hs]
-    return y.transpose(1, 2).reshape({B, T, C});
-  };
-}
+// The model.* keys as a model's settings.
+class ConfigModelSettings final : public ModelSettings {
+ public:
+  explicit ConfigModelSettings(const Config& c) : c_(c) {}
+  int64_t get_int(const std::string& key) const override { return c_.get_int("model." + key); }
+  std::string get_string(const std::string& key) const override { return c_.get_string("model." + key); }
+
+ private:
+  const Config& c_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSettings> model_settings(const Config& c) { return std::make_unique<ConfigModelSettings>(c); }
+
+namespace {
+
+DataKind data_kind(const std::string& dataset) { return dataset == "fashion-mnist" ? DataKind::Images : DataKind::Tokens; }
 
 }  // namespace
 
 GPTConfig gpt_config(const Config& c) {
-  GPTConfig g = gpt_preset(c.get_string("model.preset"));
-  auto override_if_set = [&](const char* key, int64_t& field) {
-    if (const int64_t v = c.get_int(key); v > 0) field = v;  // 0 keeps the preset's value
-  };
-  override_if_set("model.n_layer", g.n_layer);
-  override_if_set("model.n_head", g.n_head);
-  override_if_set("model.n_embd", g.n_embd);
-  override_if_set("model.block_size", g.block_size);
-  override_if_set("model.vocab_size", g.vocab_size);
-  if (g.n_embd % g.n_head != 0)
-    throw ConfigError(fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", g.n_embd, g.n_head));
-  return g;
+  try {
+    return ht::gpt_config(ConfigModelSettings(c));
+  } catch (const OptionsError& e) {
+    throw config_error(e);
+  }
 }
 
 bool set_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
-  if (!s.gpt) return false;
-  RecomputePolicy policy;
-  policy.level = parse_recompute_level(level);
-  policy.every_n_layers = static_cast<int>(every_n_layers);
-  policy.validate();
-  const int64_t T = s.gpt->config().block_size;
-  s.recompute = to_string(policy.level);
-  // Start from no recompute: the configured attention core, blocks called plainly.
-  s.gpt->set_attention_core(s.flash_attention ? flash_attention_core()
-                                             : make_attention_core(s.gpt->config().attention, T));
-  s.gpt->set_block_runner({});
-  s.gpt->set_recompute_gelu(policy.level == RecomputeLevel::Selective);
-  if (policy.level == RecomputeLevel::Selective && !s.flash_attention) {
-    // The attention core's [T, T] probabilities are the largest activation per block: keep only
-    // its input and recompute it in backward. FlashAttention keeps only q, k, v and the row
-    // logsumexp already, so selective changes nothing there.
-    AttentionCore naive = make_attention_core("naive", T);
-    s.gpt->set_attention_core([naive](const at::Tensor& qkv, int64_t n_head, double p) {
-      return recompute([=](const at::Tensor& x) { return naive(x, n_head, p); }, qkv);
-    });
-  }
-  if (policy.level != RecomputeLevel::Full) return true;
-  // Full: each chosen block keeps only its input; its parameters get their gradients in backward.
-  std::vector<std::vector<at::Tensor>> block_params(s.gpt->config().n_layer);
-  for (const auto& kv : s.gpt->named_parameters()) {
-    if (kv.key().rfind("h.", 0) != 0) continue;
-    const int64_t layer = std::stoll(kv.key().substr(2, kv.key().find('.', 2) - 2));
-    block_params[layer].push_back(kv.value());
-  }
-  s.gpt->set_block_runner([policy, block_params](const BlockFn& block, const at::Tensor& x, int64_t layer) {
-    if (!policy.recompute_block(static_cast<int>(layer))) return block(x);
-    return recompute(block, x, block_params[layer]);
-  });
+  if (!s.set_model_recompute) return false;
+  const RecomputeLevel parsed = parse_recompute_level(level);
+  s.set_model_recompute(parsed, every_n_layers);
+  s.recompute = to_string(parsed);
   return true;
 }
 
@@ -181,48 +154,37 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   torch::manual_seed(static_cast<uint64_t>(c.get_int("run.seed")));
   const std::string kind = c.get_string("model.kind");
   const std::string dataset = c.get_string("data.dataset");
-  if ((kind == "gpt") != is_text_data(dataset))
-    throw ConfigError("model.kind = " + kind + " does not fit data.dataset = " + dataset +
-                      " (gpt trains on kjv/text/tokens; mlp and cnn on fashion-mnist)");
+  const ModelSpec& spec = find_model(kind);
+  if (spec.data != data_kind(dataset))
+    throw ConfigError("model.kind = " + kind + " does not fit data.dataset = " + dataset + " (" + kind + " trains on " +
+                      (spec.data == DataKind::Images ? "fashion-mnist" : "kjv, text or tokens") + ")");
   if (with_data) s.data = build_data(c, s);
 
-  if (kind == "gpt") {
-    GPTConfig g = gpt_config(c);
-    if (auto* text = dynamic_cast<TextSource*>(s.data.get())) {
-      if (text->vocab_size() > g.vocab_size)
-        throw ConfigError(fmt::format("the data has {} token ids but the model's vocabulary is {}: set model.vocab_size",
-                                      text->vocab_size(), g.vocab_size));
-      if (text->context() > g.block_size)
-        throw ConfigError(fmt::format("data.context ({}) exceeds the model's block_size ({}): lower data.context or set model.block_size",
-                                      text->context(), g.block_size));
-    }
-    s.gpt = std::make_shared<GPT>(g);
-    s.flash_attention = c.get_string("model.attention") == "flash";
-    // Flash has no attention dropout; the GPT presets here train with dropout 0.
-    if (s.flash_attention) s.gpt->set_attention_core(flash_attention_core());
-    const std::string first_phase = c.get_string("run.mode") == "hybrid" ? "warmup" : "full";
-    if (recompute_for_phase(c, first_phase) != "none")
-      set_recompute(s, recompute_for_phase(c, first_phase), c.get_int("memory.recompute_every"));
-    const std::string init = c.get_string("model.init_from");
-    if (!init.empty() && load_init_from) {
-      try {
-        load_gpt2_weights(*s.gpt, init);
-      } catch (const SafetensorsError& e) {
-        throw CheckpointError(std::string("model.init_from: ") + e.what());
-      }
-    }
-    s.module = s.gpt;
-    s.objective = make_gpt_objective(s.gpt);
-    s.model_summary = fmt::format("gpt {}: {} layers, {} heads, d {}, vocab {}, context {}, {:.2f}M parameters",
-                                  c.get_string("model.preset"), g.n_layer, g.n_head, g.n_embd, g.vocab_size,
-                                  g.block_size, s.gpt->num_parameters() / 1e6);
-    if (dataset == "tokens") s.byte_level = false;
-  } else {
-    auto model = make_image_classifier(kind);
-    s.module = model;
-    s.objective = make_image_classifier_objective(model);
-    s.model_summary = fmt::format("{}: {:.3f}M parameters", kind, count_parameters(*model) / 1e6);
+  DataShape shape;
+  if (auto* text = dynamic_cast<TextSource*>(s.data.get())) {
+    shape.vocab_size = text->vocab_size();
+    shape.context = text->context();
   }
+  const ConfigModelSettings settings(c);
+  BuiltModel built;
+  try {
+    built = spec.build(settings, shape, load_init_from);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(std::string("model.") + e.what());  // init_from: ... -> model.init_from: ...
+  } catch (const OptionsError& e) {
+    throw config_error(e);
+  }
+  s.module = built.module;
+  s.objective = std::move(built.objective);
+  s.model_summary = built.summary;
+  s.set_model_recompute = built.set_recompute;
+  s.architecture = built.architecture;
+  s.n_head = built.n_head;
+  s.gpt = std::dynamic_pointer_cast<GPT>(s.module);
+  if (dataset == "tokens") s.byte_level = false;
+  const std::string first_phase = c.get_string("run.mode") == "hybrid" ? "warmup" : "full";
+  if (recompute_for_phase(c, first_phase) != "none")
+    set_recompute(s, recompute_for_phase(c, first_phase), c.get_int("memory.recompute_every"));
   s.optimizer = build_optimizer(c, s.module->parameters());
   return s;
 }

@@ -9,6 +9,8 @@
 #include "config.h"
 #include "hybrid/hybrid/options.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/kernels/recompute.h"
+#include "hybrid/models/model_registry.h"
 
 namespace ht {
 class GPT;
@@ -32,7 +34,10 @@ struct Session {
   std::string model_summary;  // one line, e.g. "gpt tiny: 4 layers, d 128, 0.80M parameters"
   std::string data_summary;
   bool byte_level = false;        // tokens are bytes: prompts and samples are plain text
-  bool flash_attention = false;   // model.attention = flash
+  // The model's recompute seam (null: it has none), and what the nowcasters need to know of it.
+  std::function<void(RecomputeLevel, int64_t)> set_model_recompute;
+  std::string architecture = "feedforward";
+  int64_t n_head = 0;
   std::string recompute = "none";  // the activation recompute level in force
   bool recompute_forced = false;  // the memory ladder turned on full recompute: phases keep it
 };
@@ -40,6 +45,8 @@ struct Session {
 // load_init_from: start the GPT from model.init_from. Only a fresh `train` wants it; eval, sample
 // and a resumed run take every weight from the checkpoint (and need not find that file again).
 Session build_session(const Config& config, bool with_data, bool load_init_from = true);
+// The model.* keys as the model registry's settings (the Config must outlive them).
+std::unique_ptr<ModelSettings> model_settings(const Config& config);
 // model.preset with the model.* overrides applied (validated).
 GPTConfig gpt_config(const Config& config);
 // Sets activation recompute for the session's GPT to `level` ("none" | "selective" | "full"),
