@@ -11,11 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "hybrid/core/errors.h"
+
 namespace ht::cli {
 
-class ConfigError : public std::runtime_error {
+// A bad key or value, named with its key: the library's OptionsError in the CLI's vocabulary,
+// so every bad setting is exit 2 wherever it is detected.
+class ConfigError : public ht::OptionsError {
  public:
-  using std::runtime_error::runtime_error;
+  using ht::OptionsError::OptionsError;
 };
 
 enum class KeyType { Int, Float, Bool, String, Size };

@@ -185,6 +185,9 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   const std::string first_phase = c.get_string("run.mode") == "hybrid" ? "warmup" : "full";
   if (recompute_for_phase(c, first_phase) != "none")
     set_recompute(s, recompute_for_phase(c, first_phase), c.get_int("memory.recompute_every"));
+  // The optimizer's state is allocated beside the parameters, so the model moves first.
+  s.device = run_device(c);
+  if (!s.device.is_cpu()) s.module->to(s.device);
   s.optimizer = build_optimizer(c, s.module->parameters());
   return s;
 }
@@ -242,8 +245,26 @@ std::string checkpoint_dir(const Config& c) {
   return (std::filesystem::path(c.get_string("run.out_dir")) / "checkpoints").string();
 }
 
+c10::Device run_device(const Config& c) {
+  const std::string name = c.get_string("run.device");
+  c10::Device device(c10::kCPU);
+  try {
+    device = c10::Device(name);
+  } catch (const c10::Error&) {
+    throw ConfigError("run.device = " + name + ": must be cpu, cuda or cuda:N");
+  }
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw ConfigError("run.device = " + name + ": this LibTorch has no CUDA, or no GPU is visible; use run.device=cpu "
+                      "or build against a CUDA LibTorch (scripts/gpu-check.sh)");
+  if (!device.is_cpu() && !device.is_cuda()) throw ConfigError("run.device = " + name + ": only cpu and cuda are supported");
+  if (device.is_cuda() && device.has_index() && device.index() >= static_cast<int>(torch::cuda::device_count()))
+    throw ConfigError("run.device = " + name + ": there are " + std::to_string(torch::cuda::device_count()) + " GPUs");
+  return device;
+}
+
 TrainerOptions trainer_options(const Config& c) {
   TrainerOptions o;
+  o.device = run_device(c);
   o.max_steps = c.get_int("train.steps");
   o.grad_accum = c.get_int("optim.grad_accum");
   o.grad_clip = c.get_float("optim.grad_clip");

@@ -19,11 +19,8 @@ struct GPTConfig;
 
 namespace ht::cli {
 
-// A data set that cannot be read (missing package or file): exit code 3.
-class DataError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A data set that cannot be read (missing package or file): exit code 3. The library's type.
+using DataError = ht::DataError;
 
 struct Session {
   std::shared_ptr<torch::nn::Module> module;
@@ -31,6 +28,7 @@ struct Session {
   std::unique_ptr<Objective> objective;
   std::unique_ptr<DataSource> data;  // null when built without data
   std::unique_ptr<Optimizer> optimizer;
+  c10::Device device = c10::Device(c10::kCPU);  // run.device: the model and its optimizer state live here
   std::string model_summary;  // one line, e.g. "gpt tiny: 4 layers, d 128, 0.80M parameters"
   std::string data_summary;
   bool byte_level = false;        // tokens are bytes: prompts and samples are plain text
@@ -65,6 +63,8 @@ TrainerOptions trainer_options(const Config& config);
 ConfigError config_error(const std::exception& library_error);
 // The hybrid.* keys as the engine's options, validated (ConfigError naming the key).
 HybridOptions hybrid_options(const Config& config);
+// run.device, checked against what this LibTorch and machine have (ConfigError otherwise).
+c10::Device run_device(const Config& config);
 // The step strategy run.mode asks for: null for plain, the hybrid engine, or Lookahead.
 std::unique_ptr<StepStrategy> build_strategy(const Config& config);
 std::string checkpoint_dir(const Config& config);

@@ -43,3 +43,12 @@ std::vector<int64_t> permutation(int64_t n, std::mt19937_64& rng) {
 }
 
 }  // namespace ht::data_detail
+
+namespace ht {
+
+std::vector<int64_t> epoch_order(uint64_t seed, int64_t epoch, int64_t n) {
+  auto rng = data_detail::epoch_rng(seed, epoch);
+  return data_detail::permutation(n, rng);
+}
+
+}  // namespace ht

@@ -51,11 +51,12 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   torch::NoGradGuard no_grad;
   EvalModeScope eval(model);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const c10::Device device = model.token_embedding().device();
   std::vector<int64_t> tokens = prompt;
   tokens.reserve(prompt.size() + max_new_tokens);
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), cfg.block_size);
-    const auto ctx = torch::from_blob(tokens.data() + tokens.size() - T, {1, T}, torch::kLong);
+    const auto ctx = torch::from_blob(tokens.data() + tokens.size() - T, {1, T}, torch::kLong).to(device);
     const auto h = model.hidden(ctx).select(1, T - 1);           // [1, C]
     auto logits = at::mm(h, model.token_embedding().narrow(0, 0, V).t());  // [1, V]
     int64_t next;
@@ -68,7 +69,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
         const auto kth = std::get<0>(logits.topk(top_k, -1)).narrow(1, top_k - 1, 1);  // [1, 1]
         logits.masked_fill_(logits < kth, -std::numeric_limits<float>::infinity());
       }
-      const auto probs = at::softmax(logits, -1);  // [1, V]
+      const auto probs = at::softmax(logits, -1).cpu();  // [1, V]: drawn with the CPU generator, on any device
       next = at::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
     }
     tokens.push_back(next);

@@ -1,5 +1,5 @@
-// Seeded per-epoch orderings shared by the data sources (internal header).
-// Only the cursor {seed, epoch} feeds the generator, so a restored cursor replays the exact stream.
+// Seeded per-epoch orderings for resumable data sources: only {seed, epoch} feeds the generator,
+// so a restored cursor replays the exact stream, on every toolchain.
 #pragma once
 
 #include <cstdint>
@@ -20,3 +20,11 @@ uint64_t uniform_below(std::mt19937_64& rng, uint64_t n);
 std::vector<int64_t> permutation(int64_t n, std::mt19937_64& rng);
 
 }  // namespace ht::data_detail
+
+namespace ht {
+
+// The order in which epoch `epoch` visits n examples: a permutation of 0..n-1 that depends only
+// on (seed, epoch). What a DataSource of one's own needs for exact resume (with DataCursor).
+std::vector<int64_t> epoch_order(uint64_t seed, int64_t epoch, int64_t n);
+
+}  // namespace ht
