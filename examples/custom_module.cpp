@@ -46,29 +46,30 @@ struct PrintLogger : ht::Logger {
 };
 
 int main() {
-  ht::install_tracking_allocator();
+  ht::install_tracking_allocator();  // first thing: every tensor is counted (and a budget enforced)
   ht::set_threads(0);
   torch::manual_seed(0);
 
-  auto net = std::make_shared<Net>();
+  auto net = std::make_shared<Net>();  // a TORCH_MODULE holder works too
   auto objective = ht::make_objective(net, [net](const ht::Batch& b) {
     return torch::mse_loss(net->forward(b.input), b.target);
   });
   ht::AdamWOptions adamw;
-  adamw.lr = 1e-2;  // the optimizer owns the rate; the schedule below only shapes it
+  adamw.lr = 1e-2;  // the optimizer owns the rate; a schedule only shapes it
   adamw.weight_decay = 0.0;
-  auto optimizer = ht::make_adamw(net->parameters(), adamw);
+  auto optimizer = ht::make_adamw(net->parameters(), adamw);  // or ht::wrap_torch_optimizer(...)
   SineData data;
 
   ht::TrainerOptions options;
   options.max_steps = 600;
   options.eval_every = 200;
-  options.schedule.kind = ht::LrSchedule::Kind::Cosine;
-  options.schedule.warmup_steps = 20;  // total_steps 0: the cosine spans the run
+  options.schedule.kind = ht::LrSchedule::Kind::Cosine;  // default: constant; length: the run's
+  options.schedule.warmup_steps = 20;
 
   PrintLogger logger;
   ht::Trainer trainer(*objective, *optimizer, data, options, &logger);
-  const ht::EvalRecord final_eval = trainer.fit();
+  trainer.add_metric("mae", [net](const ht::Batch& b) { return (net->forward(b.input) - b.target).abs().mean().item<double>(); });
+  const ht::EvalRecord final_eval = trainer.fit();  // trainer.evaluations() holds every evaluation
   std::printf("final validation mse %.5f (predicting 0 gives ~0.5)\n", final_eval.val_loss);
   return final_eval.val_loss < 0.05 ? 0 : 1;
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPU check: builds hybrid-trainer against the LibTorch 2.x (CUDA) that the GPU machine's
+# Python carries, trains on the GPU, compares CUDA's peak memory with the planner, runs the suite.
+#
+#   bash scripts/gpu-check.sh prepare   # here (Debian, with the packages): fills build-gpu-deps/
+#   bash scripts/gpu-check.sh run       # there: build, GPU runs, tests; log in $OUT (or build-gpu/)
+#
+# The GPU machine has no package registry, so `prepare` copies what the build needs from this
+# machine's Debian packages into build-gpu-deps/ (header-only fmt, toml++, CLI11, nlohmann-json,
+# zlib headers, GoogleTest sources) plus a text corpus; the device tool carries that folder over:
+#   run(command="bash scripts/gpu-check.sh run", carry=["build-gpu-deps"], timeout_s=560)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deps=build-gpu-deps
+
+prepare() {
+  rm -rf "$deps" && mkdir -p "$deps/include"
+  cp -r /usr/include/fmt /usr/include/toml++ /usr/include/CLI /usr/include/nlohmann "$deps/include/"
+  cp /usr/include/zlib.h /usr/include/zconf.h "$deps/include/" 2>/dev/null ||
+    cp /usr/include/zlib.h /usr/include/x86_64-linux-gnu/zconf.h "$deps/include/"
+  cp -r /usr/src/googletest "$deps/googletest"
+  # The KJV Bible as plain text (the `bible` program is not there): data.dataset=text.
+  bible -f gen1:1-rev22:21 | sed 's/^[^ ]* //' > "$deps/kjv.txt"
+  du -sh "$deps"
+}
+
+run() {
+  local out=${OUT:-build-gpu}
+  mkdir -p "$out"
+  exec > >(tee "$out/gpu-check.log") 2>&1
+  echo "== machine"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  grep -m1 "model name" /proc/cpuinfo; nproc
+  [ -d "$deps" ] || { echo "no $deps/: run 'gpu-check.sh prepare' on the Debian machine and carry it"; exit 2; }
+  local python=python3 prefix abi
+  prefix=$($python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  abi=$($python -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  $python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
+
+  echo "== build (LibTorch from the Python wheel, CXX11 ABI $abi)"
+  local t0=$SECONDS
+  # Torch's own CMake config may need CUDA's nvcc/toolkit paths; the wheel's libraries are found
+  # through its cmake prefix. Everything else comes from $deps, built with the wheel's ABI.
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=OFF \
+    -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
+    > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+  cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
+  echo "built in $((SECONDS - t0)) s"
+
+  echo "== tiny GPT on the GPU (KJV text, 200 steps)"
+  local bin=build-gpu/hybrid-train common="data.dataset=text data.path=$deps/kjv.txt run.threads=4 checkpoint.every_steps=0 checkpoint.every_seconds=0"
+  rm -rf "$out/tiny"
+  $bin train configs/tiny-gpt-kjv.toml $common run.device=cuda train.steps=200 train.eval_every=100 \
+    run.out_dir="$out/tiny" sample.tokens=60 | tail -8
+
+  echo "== GPT-2 small: a few steps on the GPU, fp32 and bf16, against the planner"
+  for precision in fp32 bf16; do
+    for T in 64 1024; do
+      local dir="$out/gpt2-$precision-$T"
+      rm -rf "$dir"
+      if ! $bin config model.preset=gpt2 train.precision=$precision > /dev/null 2>&1; then
+        echo "train.precision=$precision: not a key of this build (skipped)"; continue
+      fi
+      $bin train configs/gpt2-kjv.toml $common run.device=cuda model.preset=gpt2 data.batch_size=4 data.context=$T \
+        train.precision=$precision train.steps=6 train.eval_every=0 data.val_batches=1 run.out_dir="$dir" sample.tokens=0 \
+        > "$dir.log" 2>&1 || { tail -20 "$dir.log"; continue; }
+      # Steps 2-6 (the first pays for CUDA's start-up): median step time and peak from CUDA's allocator.
+      python3 - "$dir/metrics.jsonl" "$precision" "$T" <<'PY'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"type": "step"' in l or '"type":"step"' in l]
+ms = statistics.median(r["ms"] for r in recs[1:])
+peak = max(r["peak_bytes"] for r in recs) / 2**20
+print(f"GPT-2 small {sys.argv[2]} B 4 T {sys.argv[3]}: median step {ms:.1f} ms, peak {peak:.1f} MiB (CUDA allocator)")
+PY
+      $bin plan configs/gpt2-kjv.toml model.preset=gpt2 data.batch_size=4 data.context=$T train.precision=$precision \
+        | grep -E "^  peak" | sed "s/^/  planner: /" || true
+    done
+  done
+
+  echo "== test suite (LibTorch 2.x build; CPU tests)"
+  t0=$SECONDS
+  timeout 300 ctest --test-dir build-gpu -j 8 --timeout 120 > "$out/ctest.log" 2>&1 || true
+  grep -E "tests passed|tests failed|\*\*\*|Failed" "$out/ctest.log" | head -40
+  echo "tests took $((SECONDS - t0)) s"
+}
+
+case "${1:-run}" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: gpu-check.sh prepare|run"; exit 2 ;;
+esac
