@@ -19,7 +19,7 @@ namespace {
 
 // The library names the checkpoint part that does not fit; the CLI names its setting for it.
 std::string mismatch_hint(const std::string& part) {
-  if (part == "strategy") return " (set run.mode to the mode it was written in)";
+  if (part == "strategy") return " (set run.mode, and its hybrid.* or lookahead.* keys, as it was written with)";
   if (part == "optimizer") return " (set optim.name and its options to those it was written with)";
   if (part == "average") return " (set train.average_decay as it was written with)";
   if (part == "model") return " (the model.* keys must be those it was written with)";

@@ -294,7 +294,7 @@ void HybridEngine::enter_predict(Trainer& trainer) {
     probe_ = Batch{};
     int64_t filled = 0;
     for (int64_t i = 0; i < opt_.probe_batches; ++i) {
-      const Batch b = data.next_train_batch();
+      const Batch b = trainer.next_batch();  // on the run's device, cursor advanced (restored below)
       const int64_t rows = b.input.size(0);
       if (i == 0) {
         auto sized = [&](const at::Tensor& t) {
@@ -464,7 +464,7 @@ bool HybridEngine::predicted_step(Trainer& trainer, StepRecord& rec) {
   double actual = NAN;
   bool verify = false;
   if (opt_.verify == HybridOptions::Verify::Batch) {
-    actual = batch_loss(trainer, trainer.data().next_train_batch());
+    actual = batch_loss(trainer, trainer.next_batch());
     rec.loss = actual;
     phase_sum_ += actual;
     ++phase_n_;

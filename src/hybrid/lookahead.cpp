@@ -94,7 +94,7 @@ void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
   c10::IValue saved_momentum;
   const double momentum = a.try_read("momentum", saved_momentum) ? saved_momentum.toDouble() : 0.0;
   if ((momentum > 0.0) != (momentum_ > 0.0)) {
-    throw std::runtime_error("lookahead state was saved with lookahead.momentum=" + std::to_string(momentum) +
+    throw std::runtime_error("lookahead state was saved with momentum " + std::to_string(momentum) +
                              ": resume with momentum " + (momentum > 0.0 ? "> 0" : "0"));
   }
   count_ = archive_io::get_int(a, "count");

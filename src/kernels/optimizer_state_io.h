@@ -54,7 +54,7 @@ inline void expect_kind(torch::serialize::InputArchive& a, int64_t kind, const c
   if (k.item<int64_t>() != kind)
     throw std::runtime_error("the checkpoint holds " + optimizer_kind_name(k.item<int64_t>()) +
                              " state, this run uses " + name +
-                             ": set optim.name to the optimizer it was trained with");
+                             ": resume with the optimizer it was trained with");
 }
 
 }  // namespace ht

@@ -60,9 +60,9 @@ class Sgd final : public SingleRateOptimizer {
     a.read("momentum.count", count);
     if ((count.item<int64_t>() > 0) != !buf_.empty())
       throw std::runtime_error(buf_.empty() ? "the checkpoint's SGD kept momentum buffers, this one runs without "
-                                              "momentum: set optim.momentum to the value it was trained with"
+                                              "momentum: resume with the momentum it was trained with"
                                             : "the checkpoint's SGD ran without momentum, this one has "
-                                              "momentum: set optim.momentum = 0 to resume it");
+                                              "momentum: resume with momentum 0");
     read_tensor_list_into(a, "momentum", buf_);
   }
 
