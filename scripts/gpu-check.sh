@@ -4,6 +4,7 @@
 #
 #   bash scripts/gpu-check.sh prepare   # here (Debian, with the packages): fills build-gpu-deps/
 #   bash scripts/gpu-check.sh run       # there: build, GPU runs, tests; log in $OUT (or build-gpu/)
+#   bash scripts/gpu-check.sh quick     # there: build the CLI only, GPU runs, no test suite
 #
 # The GPU machine has no package registry, so `prepare` copies what the build needs from this
 # machine's Debian packages into build-gpu-deps/ (header-only fmt, toml++, CLI11, nlohmann-json,
@@ -25,6 +26,7 @@ prepare() {
 }
 
 run() {
+  local with_tests=${1:-1}
   local out=${OUT:-build-gpu}
   mkdir -p "$out"
   exec > >(tee "$out/gpu-check.log") 2>&1
@@ -41,10 +43,12 @@ run() {
   local t0=$SECONDS
   # Torch's own CMake config may need CUDA's nvcc/toolkit paths; the wheel's libraries are found
   # through its cmake prefix. Everything else comes from $deps, built with the wheel's ABI.
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=OFF \
+  local tests=ON target=()
+  [ "$with_tests" = 1 ] || { tests=OFF; target=(--target hybrid-train); }
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=OFF -DHT_BUILD_TESTS=$tests \
     -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
     > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-  cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
+  cmake --build build-gpu -j "$(nproc)" "${target[@]}" > "$out/build.log" 2>&1 || { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
   echo "built in $((SECONDS - t0)) s"
 
   echo "== tiny GPT on the GPU (KJV text, 200 steps)"
@@ -77,6 +81,7 @@ PY
     done
   done
 
+  [ "$with_tests" = 1 ] || return 0
   echo "== test suite (LibTorch 2.x build; CPU tests)"
   t0=$SECONDS
   timeout 300 ctest --test-dir build-gpu -j 8 --timeout 120 > "$out/ctest.log" 2>&1 || true
@@ -86,6 +91,7 @@ PY
 
 case "${1:-run}" in
   prepare) prepare ;;
-  run) run ;;
-  *) echo "usage: gpu-check.sh prepare|run"; exit 2 ;;
+  run) run 1 ;;
+  quick) run 0 ;;
+  *) echo "usage: gpu-check.sh prepare|run|quick"; exit 2 ;;
 esac
