@@ -9,6 +9,9 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "kernels/bf16.h"
+#include "kernels/dispatch.h"
+
 // GCC will not if-convert the float clamps below (so will not vectorise) while it must preserve
 // floating-point traps; nothing here relies on them. Clang does not trap by default.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -66,8 +69,43 @@ void gelu_backward_kernel(const float* __restrict x, const float* __restrict dy,
   }
 }
 
+// bf16 in and out, fp32 inside: each element is widened, computed as above and rounded once.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void gelu_forward_kernel_bf16(const uint16_t* __restrict x, uint16_t* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = bf16_to_float(x[i]);
+    y[i] = float_to_bf16(v * sigmoid_2u(v));
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void gelu_backward_kernel_bf16(const uint16_t* __restrict x, const uint16_t* __restrict dy,
+                               uint16_t* __restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = bf16_to_float(x[i]), s = sigmoid_2u(v);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
+    dx[i] = float_to_bf16(bf16_to_float(dy[i]) * (s + v * 2.0f * s * (1.0f - s) * du));
+  }
+}
+
+const uint16_t* bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+uint16_t* mutable_bits(at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// x contiguous, float32 or bfloat16 -> y of x's shape and dtype.
 at::Tensor forward_pass(const at::Tensor& x) {
   auto y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (x.scalar_type() == at::kBFloat16) {
+    const uint16_t* xp = bits(x);
+    uint16_t* yp = mutable_bits(y);
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      gelu_forward_kernel_bf16(xp + b, yp + b, e - b);
+    });
+    return y;
+  }
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
@@ -86,8 +124,16 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto x = ctx->get_saved_variables()[0];
-    const auto dy = grad_out[0].contiguous();
+    const auto dy = grad_out[0].to(x.scalar_type()).contiguous();
     auto dx = at::empty_like(x);
+    if (x.scalar_type() == at::kBFloat16) {
+      const uint16_t *xp = bits(x), *dyp = bits(dy);
+      uint16_t* dxp = mutable_bits(dx);
+      at::parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+        gelu_backward_kernel_bf16(xp + b, dyp + b, dxp + b, e - b);
+      });
+      return {dx};
+    }
     const float *xp = x.data_ptr<float>(), *dyp = dy.data_ptr<float>();
     float* dxp = dx.data_ptr<float>();
     at::parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
@@ -99,11 +145,22 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
 
 }  // namespace
 
-at::Tensor gelu_tanh(const at::Tensor& x) {
-  if (x.scalar_type() != at::kFloat || !x.device().is_cpu()) return at::gelu(x, "tanh");
-  const auto xc = x.contiguous();
-  if (at::GradMode::is_enabled() && x.requires_grad()) return GeluTanh::apply(xc);
-  return forward_pass(xc);
+namespace {
+
+using GeluFn = at::Tensor (*)(const at::Tensor& x);
+
+// Contiguous float32 or bfloat16 CPU tensors.
+at::Tensor gelu_cpu(const at::Tensor& x) {
+  if (at::GradMode::is_enabled() && x.requires_grad()) return GeluTanh::apply(x);
+  return forward_pass(x);
 }
+
+at::Tensor gelu_fallback(const at::Tensor& x) { return at::gelu(x, "tanh"); }
+
+const KernelTable<GeluFn> kGelu{"gelu_tanh", gelu_cpu, gelu_cpu, gelu_fallback};
+
+}  // namespace
+
+at::Tensor gelu_tanh(const at::Tensor& x) { return kGelu(kernel_path(x, x.is_contiguous()), x); }
 
 }  // namespace ht
