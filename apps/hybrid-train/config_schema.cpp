@@ -68,7 +68,7 @@ const std::vector<KeySpec>& config_schema() {
       {"model.block_size", T::Int, "0", {}, "override the preset's context (0 = preset)", R::in(0, kMillion).means("0 = preset")},
       {"model.vocab_size", T::Int, "0", {}, "override the vocabulary (0 = preset, 256 for byte data)", R::in(0, 1 << 24).means("0 = preset")},
       {"model.init_from", T::String, "", {}, "GPT-2 safetensors file to start from"},
-      {"model.attention", T::String, "naive", {"naive", "flash"}, "attention kernel"},
+      {"model.attention", T::String, "naive", {"naive", "flash", "fused"}, "attention kernel (fused: ATen's scaled_dot_product_attention, LibTorch >= 2.0)"},
 
       {"optim.name", T::String, "adamw", {"adamw", "sgd", "adamw8bit"}, "optimizer"},
       {"optim.lr", T::Float, "0.003", {}, "peak learning rate", R::in(0, 10)},
@@ -86,6 +86,7 @@ const std::vector<KeySpec>& config_schema() {
 
       {"train.steps", T::Int, "2000", {}, "optimizer steps in total", R::in(1, kSteps)},
       {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end", R::in(0, kSteps).means("0 = only at the end")},
+      {"train.precision", T::String, "fp32", {"fp32", "bf16"}, "compute precision: bf16 = bf16 matmuls, attention and GELU with fp32 accumulation, fp32 master weights, optimizer, loss and LayerNorm statistics (GPT)"},
       {"train.average_decay", T::Float, "0", {}, "exponential weight average that evaluations, checkpoints and sample use (e.g. 0.97); 0 = off", R::in(0, 1).open_hi().means("0 = off")},
 
       {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off", R::in(0, kSteps).means("0 = off")},

@@ -18,6 +18,7 @@
 #include "hybrid/kernels/attention.h"
 #include "hybrid/kernels/recompute.h"
 #include "hybrid/kernels/attention_core.h"
+#include "hybrid/kernels/precision.h"
 #include "hybrid/data/kjv.h"
 #include "hybrid/data/text_source.h"
 #include "hybrid/data/token_corpus.h"
@@ -94,17 +95,6 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tens
   }
 }
 
-// The GPT attention seam with the tiled FlashAttention kernel: qkv [B, T, 3C] -> y [B, T, C].
-AttentionCore flash_attention_core() {
-  return [](const at::Tensor& qkv, int64_t n_head, double /*dropout_p*/) {
-    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
-    const auto parts = qkv.split(C, 2);                                              // 3 x [B, T, C]
-    at::Tensor y = flash_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);  // [B, nh, T, hs]
-    return y.transpose(1, 2).reshape({B, T, C});
-  };
-}
-
 }  // namespace
 
 GPTConfig gpt_config(const Config& c) {
@@ -119,7 +109,23 @@ GPTConfig gpt_config(const Config& c) {
   override_if_set("model.vocab_size", g.vocab_size);
   if (g.n_embd % g.n_head != 0)
     throw ConfigError(fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", g.n_embd, g.n_head));
+  g.attention = parse_attention_kind(c.get_string("model.attention"));
+  if (const std::string why = attention_unavailable_reason(g.attention); !why.empty())
+    throw ConfigError("model.attention = " + to_string(g.attention) + ": " + why);
+  g.precision = parse_precision(c.get_string("train.precision"));
   return g;
+}
+
+std::string precision_check(const Config& c) {
+  if (parse_precision(c.get_string("train.precision")) != Precision::BF16) return "";
+  const CpuBf16Features& cpu = cpu_bf16_features();
+  if (cpu.any()) return "";
+  // Measured (BENCHMARKS.md, "bf16 mixed precision"): with oneDNN held to AVX-512 without bf16
+  // (ONEDNN_MAX_CPU_ISA=AVX512_CORE) the bf16 step is emulated; it still trains correctly, so
+  // this is a warning, not a refusal.
+  return "train.precision = bf16 on a CPU without bf16 instructions (" + cpu.describe() +
+         "): oneDNN emulates bf16 there, so steps are slower than fp32; results are still correct. "
+         "Use train.precision = fp32 on this machine";
 }
 
 bool set_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
@@ -131,15 +137,15 @@ bool set_recompute(Session& s, const std::string& level, int64_t every_n_layers)
   const int64_t T = s.gpt->config().block_size;
   s.recompute = to_string(policy.level);
   // Start from no recompute: the configured attention core, blocks called plainly.
-  s.gpt->set_attention_core(s.flash_attention ? flash_attention_core()
-                                             : make_attention_core(s.gpt->config().attention, T));
+  const AttentionKind attention = s.gpt->config().attention;
+  s.gpt->set_attention_core(make_attention_core(attention, T));
   s.gpt->set_block_runner({});
   s.gpt->set_recompute_gelu(policy.level == RecomputeLevel::Selective);
-  if (policy.level == RecomputeLevel::Selective && !s.flash_attention) {
+  if (policy.level == RecomputeLevel::Selective && attention == AttentionKind::Naive) {
     // The attention core's [T, T] probabilities are the largest activation per block: keep only
     // its input and recompute it in backward. FlashAttention keeps only q, k, v and the row
     // logsumexp already, so selective changes nothing there.
-    AttentionCore naive = make_attention_core("naive", T);
+    AttentionCore naive = make_attention_core(AttentionKind::Naive, T);
     s.gpt->set_attention_core([naive](const at::Tensor& qkv, int64_t n_head, double p) {
       return recompute([=](const at::Tensor& x) { return naive(x, n_head, p); }, qkv);
     });
@@ -184,6 +190,9 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   if ((kind == "gpt") != is_text_data(dataset))
     throw ConfigError("model.kind = " + kind + " does not fit data.dataset = " + dataset +
                       " (gpt trains on kjv/text/tokens; mlp and cnn on fashion-mnist)");
+  if (kind != "gpt" && c.get_string("train.precision") != "fp32")
+    throw ConfigError("train.precision = " + c.get_string("train.precision") + " is implemented for model.kind = gpt; " +
+                      kind + " trains in fp32 (set train.precision = fp32)");
   if (with_data) s.data = build_data(c, s);
 
   if (kind == "gpt") {
@@ -196,10 +205,12 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
         throw ConfigError(fmt::format("data.context ({}) exceeds the model's block_size ({}): lower data.context or set model.block_size",
                                       text->context(), g.block_size));
     }
-    s.gpt = std::make_shared<GPT>(g);
-    s.flash_attention = c.get_string("model.attention") == "flash";
-    // Flash has no attention dropout; the GPT presets here train with dropout 0.
-    if (s.flash_attention) s.gpt->set_attention_core(flash_attention_core());
+    try {
+      s.gpt = std::make_shared<GPT>(g);
+    } catch (const std::invalid_argument& e) {
+      throw config_error(e);
+    }
+    s.precision_warning = precision_check(c);
     const std::string first_phase = c.get_string("run.mode") == "hybrid" ? "warmup" : "full";
     if (recompute_for_phase(c, first_phase) != "none")
       set_recompute(s, recompute_for_phase(c, first_phase), c.get_int("memory.recompute_every"));
@@ -213,9 +224,11 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
     }
     s.module = s.gpt;
     s.objective = make_gpt_objective(s.gpt);
-    s.model_summary = fmt::format("gpt {}: {} layers, {} heads, d {}, vocab {}, context {}, {:.2f}M parameters",
+    s.model_summary = fmt::format("gpt {}: {} layers, {} heads, d {}, vocab {}, context {}, {:.2f}M parameters, "
+                                  "attention {}, precision {}",
                                   c.get_string("model.preset"), g.n_layer, g.n_head, g.n_embd, g.vocab_size,
-                                  g.block_size, s.gpt->num_parameters() / 1e6);
+                                  g.block_size, s.gpt->num_parameters() / 1e6, to_string(g.attention),
+                                  to_string(g.precision));
     if (dataset == "tokens") s.byte_level = false;
   } else {
     auto model = make_image_classifier(kind);

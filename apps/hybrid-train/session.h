@@ -32,7 +32,8 @@ struct Session {
   std::string model_summary;  // one line, e.g. "gpt tiny: 4 layers, d 128, 0.80M parameters"
   std::string data_summary;
   bool byte_level = false;        // tokens are bytes: prompts and samples are plain text
-  bool flash_attention = false;   // model.attention = flash
+  // train.precision = bf16 on a CPU without bf16 instructions: what to tell the user (or "").
+  std::string precision_warning;
   std::string recompute = "none";  // the activation recompute level in force
   bool recompute_forced = false;  // the memory ladder turned on full recompute: phases keep it
 };
@@ -40,8 +41,11 @@ struct Session {
 // load_init_from: start the GPT from model.init_from. Only a fresh `train` wants it; eval, sample
 // and a resumed run take every weight from the checkpoint (and need not find that file again).
 Session build_session(const Config& config, bool with_data, bool load_init_from = true);
-// model.preset with the model.* overrides applied (validated).
+// model.preset with the model.* overrides applied, model.attention and train.precision
+// (validated: ConfigError names the key).
 GPTConfig gpt_config(const Config& config);
+// "" unless train.precision = bf16 on a CPU without bf16 instructions: then the warning to print.
+std::string precision_check(const Config& config);
 // Sets activation recompute for the session's GPT to `level` ("none" | "selective" | "full"),
 // replacing whatever was in force; returns false when there is no GPT. Used at start-up, per
 // phase (MemoryPressureOptions::on_phase) and by the memory-pressure ladder.
