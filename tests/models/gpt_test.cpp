@@ -8,9 +8,11 @@
 
 #include "hybrid/core/data.h"
 #include "hybrid/kernels/optimizers.h"
+#include "hybrid/models/generate.h"
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/gpt_objective.h"
 #include "hybrid/kernels/lm_head_loss.h"
+#include "hybrid/kernels/recompute.h"
 
 namespace ht {
 namespace {
@@ -223,24 +225,36 @@ TEST(GPT, BlockRunnerAndAttentionCoreAreSeams) {
 }
 
 TEST(GPT, SelectiveGeluRecomputeGivesTheSameLossAndGradients) {
-  torch::manual_seed(0);
-  GPT model(small_config());
-  const auto idx = torch::randint(97, {2, 10}, torch::kLong);
-  const auto tgt = torch::randint(97, {2, 10}, torch::kLong);
-  auto grads = [&] {
-    model.zero_grad();
-    const auto loss = model.loss(idx, tgt);
-    loss.backward();
-    std::vector<at::Tensor> g{loss.detach().clone()};
-    for (const auto& p : model.parameters()) g.push_back(p.grad().clone());
-    return g;
-  };
-  const auto plain = grads();
-  model.set_recompute_gelu(true);
-  const auto recomputed = grads();
-  ASSERT_EQ(plain.size(), recomputed.size());
-  // The same ops on the same inputs: equal, not merely close.
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], recomputed[i])) << "tensor " << i;
+  for (const Precision precision : {Precision::FP32, Precision::BF16}) {  // recompute follows bf16
+    torch::manual_seed(0);
+    GPTConfig c = small_config();
+    c.precision = precision;
+    GPT model(c);
+    const auto idx = torch::randint(97, {2, 10}, torch::kLong);
+    const auto tgt = torch::randint(97, {2, 10}, torch::kLong);
+    auto grads = [&] {
+      model.zero_grad();
+      const auto loss = model.loss(idx, tgt);
+      loss.backward();
+      std::vector<at::Tensor> g{loss.detach().clone()};
+      for (const auto& p : model.parameters()) g.push_back(p.grad().clone());
+      return g;
+    };
+    const auto plain = grads();
+    model.set_recompute_gelu(true);
+    const auto recomputed = grads();
+    ASSERT_EQ(plain.size(), recomputed.size());
+    // The same ops on the same inputs: equal, not merely close.
+    for (size_t i = 0; i < plain.size(); ++i)
+      EXPECT_TRUE(torch::equal(plain[i], recomputed[i])) << "tensor " << i << " " << to_string(precision);
+    // Whole blocks recomputed through the BlockRunner seam: equal too.
+    model.set_recompute_gelu(false);
+    model.set_block_runner([](const BlockFn& block, const at::Tensor& x, int64_t) { return recompute(block, x, {}); });
+    const auto blocks = grads();
+    model.set_block_runner(nullptr);
+    for (size_t i = 0; i < plain.size(); ++i)
+      EXPECT_TRUE(torch::equal(plain[i], blocks[i])) << "tensor " << i << " " << to_string(precision);
+  }
 }
 
 TEST(GPT, DropoutOnlyActsInTraining) {
@@ -289,9 +303,10 @@ TEST(GPT, Bf16LossAndGradientsWithinToleranceOfFp32) {
     }
     // Gradients pass through every block's bf16 GEMMs twice: a few % relative at most.
     EXPECT_LT(worst, 0.05) << worst_name << " (" << to_string(attention) << ")";
-    // The logits for sampling are fp32 too.
+    // The logits for sampling are fp32 too, and generation runs.
     torch::NoGradGuard no_grad;
     EXPECT_EQ(model.forward(idx).scalar_type(), torch::kFloat);
+    EXPECT_EQ(generate(model, {1, 2, 3}, 5, 0.8, 10, 1).size(), 8u);
   }
 }
 
