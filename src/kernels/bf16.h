@@ -20,7 +20,9 @@ inline uint16_t float_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
   const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  return f != f ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
+  // NaN tested on the bits: an integer select vectorises under any floating-point flags (a float
+  // compare does not where traps are honoured, and that blocked the bf16 GELU loops).
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
 }
 
 // Whole-tensor casts with the loops above, vectorised and threaded: LibTorch 1.13's own
