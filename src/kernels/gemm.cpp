@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "kernels/bf16.h"
+#include "hybrid/kernels/precision.h"
 #include "kernels/dispatch.h"
 
 namespace ht {
@@ -23,6 +24,7 @@ using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const fl
                           const float*, int64_t, float, float*, int64_t);
 // dnnl_gemm_bf16bf16f32: the same with bfloat16 (uint16_t bits) A and B, float C; products are
 // accumulated in fp32 (oneDNN >= 1.2).
+constexpr int kDnnlUnimplemented = 3;  // dnnl_status_t dnnl_unimplemented
 using DnnlGemmBf16 = int (*)(char, char, int64_t, int64_t, int64_t, float, const uint16_t*,
                              int64_t, const uint16_t*, int64_t, float, float*, int64_t);
 
@@ -35,6 +37,21 @@ DnnlGemmBf16 dnnl_gemm_bf16() {
   static const auto fn =
       reinterpret_cast<DnnlGemmBf16>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
   return fn;
+}
+
+// bf16 products: oneDNN's bf16 GEMM where its bf16 instructions are in use; elsewhere the bf16
+// operands are widened to fp32 for sgemm. Measured (bench/bf16_kernels, BENCHMARKS.md): with
+// oneDNN held below AVX512_CORE_BF16 its bf16 GEMM emulates and runs ~2.9x slower than sgemm, and
+// below AVX-512 it has none; widening costs one pass over the operands. Products of bf16 values
+// are exact in fp32 and both accumulate in fp32, so the two paths agree to summation order.
+std::atomic<bool>& bf16_widen() {
+  static std::atomic<bool> widen{[] {
+    const char* env = std::getenv("HT_BF16_GEMM");
+    if (env && std::string(env) == "onednn") return false;
+    if (env && std::string(env) == "widen") return true;
+    return !bf16_instructions_in_use();
+  }()};
+  return widen;
 }
 
 std::atomic<bool>& use_onednn() {
@@ -121,6 +138,13 @@ void gemm_cpu_bf16(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, fl
     }
     return;
   }
+  if (bf16_widen().load()) {
+    note_kernel_once("matmul_into", "this CPU (or ONEDNN_MAX_CPU_ISA) has no bf16 instructions; bf16 "
+                                    "GEMM operands are widened to fp32 (no speed gain over fp32, the "
+                                    "activation memory is still halved)");
+    gemm_cpu_f32(out, a.to(at::kFloat), b.to(at::kFloat), alpha, beta);
+    return;
+  }
   Layout l{};
   if (!dnnl_gemm_bf16() || !blas_layout(out, a, b, &l)) {
     note_kernel_once("matmul_into", "oneDNN's dnnl_gemm_bf16bf16f32 is not loaded or cannot read "
@@ -134,6 +158,14 @@ void gemm_cpu_bf16(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, fl
   const auto* bp = reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>());
   const int status = dnnl_gemm_bf16()(l.a.trans ? 'T' : 'N', l.b.trans ? 'T' : 'N', M, N, K, alpha,
                                       ap, l.a.ld, bp, l.b.ld, beta, out.data_ptr<float>(), l.c.ld);
+  if (status == kDnnlUnimplemented) {
+    // oneDNN has no bf16 GEMM below AVX-512 (measured with ONEDNN_MAX_CPU_ISA=AVX2): multiply the
+    // bf16 values in fp32 instead. Correct, but slower than plain fp32.
+    note_kernel_once("matmul_into", "oneDNN has no bf16 GEMM on this CPU (it needs AVX-512); bf16 "
+                                    "products ran in fp32 through ATen, slower than train.precision = fp32");
+    out.copy_(at::addmm(out, a.to(at::kFloat), b.to(at::kFloat), beta, alpha));
+    return;
+  }
   TORCH_CHECK(status == 0, "matmul_into: dnnl_gemm_bf16bf16f32 failed with status ", status,
               " for ", M, "x", K, "x", N);
 }
@@ -143,6 +175,14 @@ const KernelTable<GemmFn> kGemm{"matmul_into", gemm_cpu_f32, gemm_cpu_bf16, gemm
 }  // namespace
 
 bool onednn_gemm_available() { return dnnl_sgemm() != nullptr; }
+
+std::string bf16_gemm_path() { return bf16_widen().load() ? "widen" : "onednn"; }
+
+void set_bf16_gemm_path(const std::string& name) {
+  if (name != "onednn" && name != "widen")
+    throw std::invalid_argument("set_bf16_gemm_path: unknown path '" + name + "'; valid: onednn, widen");
+  bf16_widen().store(name == "widen");
+}
 bool onednn_bf16_gemm_available() { return dnnl_gemm_bf16() != nullptr; }
 
 std::string gemm_backend() { return use_onednn().load() ? "onednn" : "aten"; }

@@ -33,5 +33,10 @@ std::string gemm_backend();
 void set_gemm_backend(const std::string& name);
 bool onednn_gemm_available();
 bool onednn_bf16_gemm_available();
+// How bf16 products run: "onednn" (dnnl_gemm_bf16bf16f32) where the CPU has bf16 instructions and
+// ONEDNN_MAX_CPU_ISA does not hold oneDNN below them, else "widen" (operands widened to fp32 for
+// sgemm: oneDNN's emulation is ~2.9x slower). HT_BF16_GEMM=onednn|widen overrides at start-up.
+std::string bf16_gemm_path();
+void set_bf16_gemm_path(const std::string& name);  // "onednn" | "widen"; std::invalid_argument
 
 }  // namespace ht

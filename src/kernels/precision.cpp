@@ -2,6 +2,8 @@
 // notes registry and the dispatch paths' names.
 #include "hybrid/kernels/precision.h"
 
+#include <cctype>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -100,6 +102,19 @@ std::string CpuBf16Features::describe() const {
 const CpuBf16Features& cpu_bf16_features() {
   static const CpuBf16Features f = detect();
   return f;
+}
+
+bool bf16_instructions_in_use() {
+  if (!cpu_bf16_features().any()) return false;
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* env = std::getenv(name);
+    if (!env || !*env) continue;
+    std::string isa(env);
+    for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return isa == "ALL" || isa == "AVX512_CORE_BF16" || isa == "AVX512_CORE_AMX" ||
+           isa == "AVX512_CORE_FP16";
+  }
+  return true;
 }
 
 void note_kernel_once(const std::string& op, const std::string& what) {

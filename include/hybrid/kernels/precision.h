@@ -26,6 +26,10 @@ struct CpuBf16Features {
   std::string describe() const;  // "AMD EPYC ...: avx512_bf16 yes, amx_bf16 no"
 };
 const CpuBf16Features& cpu_bf16_features();
+// The CPU has bf16 instructions and oneDNN may use them (ONEDNN_MAX_CPU_ISA, if set, is
+// AVX512_CORE_BF16, AVX512_CORE_AMX or ALL). Without them bf16 GEMMs run on widened fp32 operands:
+// bf16 still halves activation memory but is no faster than fp32.
+bool bf16_instructions_in_use();
 
 // Kernels record here, once per (op, reason), that they ran another way than asked: e.g. an op
 // without a bf16 kernel that computed in fp32. take_kernel_notes() returns the notes recorded since
