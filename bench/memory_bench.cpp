@@ -106,7 +106,7 @@ struct BlockImpl : torch::nn::Module {
         fc(register_module("fc", torch::nn::Linear(C, 4 * C))),
         fc_proj(register_module("fc_proj", torch::nn::Linear(4 * C, C))) {}
 
-  at::Tensor forward(const at::Tensor& x, ht::AttentionKernel kernel, bool recompute_gelu) {
+  at::Tensor forward(const at::Tensor& x, ht::AttentionKind kernel, bool recompute_gelu) {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), nh = 12;
     auto qkv = attn(ln1(x)).view({B, T, 3, nh, C / nh});  // [B, T, 3, nh, hs]
     auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2);
@@ -133,10 +133,10 @@ void bench_recompute(int reps) {
   for (int64_t l = 0; l < L; ++l) blocks.emplace_back(C);
   auto x0 = torch::randn({B, T, C}, torch::requires_grad());
   struct Config {
-    ht::AttentionKernel kernel;
+    ht::AttentionKind kernel;
     ht::RecomputePolicy policy;
   };
-  using K = ht::AttentionKernel;
+  using K = ht::AttentionKind;
   using R = ht::RecomputeLevel;
   std::vector<Config> configs = {{K::Naive, {R::None, 1}},      {K::Flash, {R::None, 1}},
                                  {K::Flash, {R::Selective, 1}}, {K::Flash, {R::Full, 2}},

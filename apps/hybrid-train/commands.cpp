@@ -19,6 +19,7 @@
 #include "hybrid/core/runtime.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/data/byte_codec.h"
+#include "hybrid/kernels/precision.h"
 #include "hybrid/models/generate.h"
 #include "hybrid/models/gpt.h"
 #include "session.h"
@@ -48,7 +49,8 @@ void on_signal(int) {
 // The checkpoint's module must be the one `requested` builds: every key that changes it (kind,
 // and for a GPT the preset's shape with its model.* overrides) agrees, or CheckpointMismatch
 // names the key. Compared as resolved: model.n_layer = 4 on the tiny preset (4 layers) agrees
-// with 0, and model.attention (another kernel, the same weights) is free to differ.
+// with 0; model.attention (another kernel) and train.precision (another compute dtype) are free to
+// differ: the weights are the same fp32 tensors.
 void check_same_model(const Config& stored, const Config& requested, const std::string& path) {
   auto mismatch = [&](const std::string& key, const std::string& saved, const std::string& asked) {
     std::string why = "checkpoint '" + path + "' holds a model with " + key + " = " + saved + ", this command asks for " +
@@ -71,7 +73,7 @@ void check_same_model(const Config& stored, const Config& requested, const std::
   for (const auto& [key, values] : fields)
     if (values.first != values.second)
       throw mismatch(key, std::to_string(values.first), std::to_string(values.second));
-  if (a.dropout != b.dropout || a.attention != b.attention)  // set by the preset alone today
+  if (a.dropout != b.dropout)  // set by the preset alone today
     throw mismatch("model.preset", stored.get_string("model.preset"), requested.get_string("model.preset"));
 }
 
@@ -85,8 +87,9 @@ Config config_of_checkpoint(const std::string& path, const std::vector<std::stri
 }
 
 // Resuming: the newest checkpoint that reads back holds the model this config builds. Corrupt
-// ones are skipped here as resume_latest skips them (it reports them).
-void check_resumable_model(const Config& c, const std::vector<std::string>& saved) {
+// ones are skipped here as resume_latest skips them (it reports them). Returns a line to print
+// when the run resumes in another precision than the checkpoint was trained in ("" otherwise).
+std::string check_resumable_model(const Config& c, const std::vector<std::string>& saved) {
   for (const auto& path : saved) {
     CheckpointSummary summary;
     try {
@@ -94,10 +97,31 @@ void check_resumable_model(const Config& c, const std::vector<std::string>& save
     } catch (const std::exception&) {
       continue;
     }
-    check_same_model(Config::from_stored(summary.config_text, path + " (stored config)"), c, path);
-    return;
+    const Config stored = Config::from_stored(summary.config_text, path + " (stored config)");
+    check_same_model(stored, c, path);
+    const std::string was = stored.get_string("train.precision"), now = c.get_string("train.precision");
+    if (was == now) return "";
+    return "resuming '" + path + "', trained with train.precision = " + was + ", in " + now +
+           ": weights and optimizer state are fp32 in both, nothing is converted; the run continues "
+           "bit-exactly only within one precision";
   }
+  return "";
 }
+
+// Hands the notes kernels record (an op without a bf16 kernel that ran in fp32, a GEMM that
+// could not use oneDNN) to the terminal once each, as they appear during training.
+class KernelNotesLogger : public Logger {
+ public:
+  explicit KernelNotesLogger(std::shared_ptr<Logger> out) : out_(std::move(out)) {}
+  void on_step(const StepRecord&) override { flush(); }
+  void on_eval(const EvalRecord&) override { flush(); }
+  void flush() {
+    for (const auto& note : take_kernel_notes()) out_->on_message(Level::Warning, "kernel note: " + note);
+  }
+
+ private:
+  std::shared_ptr<Logger> out_;
+};
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
@@ -154,9 +178,11 @@ int run_train(const std::vector<std::string>& args) {
                       std::to_string(saved.size()) + " checkpoint(s) of an earlier run (newest '" +
                       saved.front() + "'); a fresh run there would mix with them. Move them away or "
                       "set run.out_dir to another directory");
-  if (resuming) check_resumable_model(c, saved);
+  const std::string precision_switch = resuming ? check_resumable_model(c, saved) : "";
   Session s = in_stage("loading the data and building the model",
                        [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming); });
+  if (!s.precision_warning.empty()) std::fprintf(stderr, "warning: %s\n", s.precision_warning.c_str());
+  if (!precision_switch.empty()) std::printf("%s\n", precision_switch.c_str());
   set_recompute_hooks(s, c, options);
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
@@ -165,6 +191,8 @@ int run_train(const std::vector<std::string>& args) {
   MultiLogger logger;
   logger.add(console);
   logger.add(make_jsonl_logger((out_dir / "metrics.jsonl").string(), /*append=*/resuming));
+  auto notes = std::make_shared<KernelNotesLogger>(console);
+  logger.add(notes);
 
   Trainer trainer(*s.objective, *s.optimizer, *s.data, options, &logger);
   trainer.set_strategy(build_strategy(c));
@@ -190,6 +218,7 @@ int run_train(const std::vector<std::string>& args) {
   const int64_t first_step = trainer.step();
   const EvalRecord final_eval = trainer.fit();
   g_running_trainer = nullptr;
+  notes->flush();
   logger.on_message(Level::Info, trainer.memory_summary().to_string());  // terminal and metrics.jsonl
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

@@ -95,6 +95,7 @@ const std::vector<KeySpec>& config_schema() {
 
       {"train.steps", T::Int, "2000", {}, "optimizer steps in total", R::in(1, kSteps)},
       {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end", R::in(0, kSteps).means("0 = only at the end")},
+      {"train.precision", T::String, "fp32", {"fp32", "bf16"}, "compute precision: bf16 = bf16 matmuls, attention and GELU with fp32 accumulation, fp32 master weights, optimizer, loss and LayerNorm statistics (GPT)"},
       {"train.average_decay", T::Float, "0", {}, "exponential weight average that evaluations, checkpoints and sample use (e.g. 0.97); 0 = off", R::in(0, 1).open_hi().means("0 = off")},
 
       {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off", R::in(0, kSteps).means("0 = off")},

@@ -12,6 +12,7 @@
 #include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor_registry.h"
 #include "hybrid/models/model_registry.h"
+#include "hybrid/kernels/precision.h"
 #include "session.h"
 
 namespace ht::cli {
@@ -39,18 +40,30 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 104857
 std::string describe(const MemoryLevers& l) {
   std::string s = fmt::format("attention {}, recompute {}", to_string(l.attention), to_string(l.recompute));
   if (l.recompute == RecomputeLevel::Full) s += fmt::format(" every {}", l.recompute_every);
-  return s + fmt::format(", optimizer {}, mode {}", to_string(l.optimizer), to_string(l.mode));
+  return s + fmt::format(", optimizer {}, precision {}, mode {}", to_string(l.optimizer), to_string(l.precision),
+                         to_string(l.mode));
 }
 
-void print_breakdown(const MemoryEstimate& e) {
-  std::printf("  parameters         %12s\n", mib(e.params).c_str());
-  std::printf("  gradients          %12s\n", mib(e.grads).c_str());
-  std::printf("  optimizer state    %12s\n", mib(e.optimizer_state).c_str());
-  if (e.mode_state > 0) std::printf("  mode state         %12s  (hybrid or Lookahead state, weight average)\n", mib(e.mode_state).c_str());
-  std::printf("  activations        %12s  (saved for backward, and the batch)\n", mib(e.activations).c_str());
-  std::printf("  transient          %12s  (gradients and workspace in flight)\n", mib(e.transient).c_str());
-  std::printf("  peak               %12s  at %s\n", mib(e.peak).c_str(), e.peak_at.c_str());
-  std::printf("  forward, no grad   %12s  (evaluation, predicted steps)\n", mib(e.predict_peak).c_str());
+// One column per estimate (fp32 and bf16 for a GPT, the config's own marked with *).
+void print_breakdown(const std::vector<std::pair<std::string, MemoryEstimate>>& columns) {
+  std::printf("  %-18s", "");
+  for (const auto& [name, e] : columns) std::printf(" %12s", name.c_str());
+  std::printf("\n");
+  auto row = [&](const char* label, int64_t MemoryEstimate::*field, const char* note) {
+    std::printf("  %-18s", label);
+    for (const auto& [name, e] : columns) std::printf(" %12s", mib(e.*field).c_str());
+    std::printf("%s\n", note);
+  };
+  row("parameters", &MemoryEstimate::params, "");
+  row("gradients", &MemoryEstimate::grads, "");
+  row("optimizer state", &MemoryEstimate::optimizer_state, "");
+  if (columns.front().second.mode_state > 0)
+    row("mode state", &MemoryEstimate::mode_state, "  (hybrid or Lookahead state, weight average)");
+  row("activations", &MemoryEstimate::activations, "  (saved for backward, and the batch)");
+  row("transient", &MemoryEstimate::transient, "  (gradients and workspace in flight)");
+  row("peak", &MemoryEstimate::peak, "");
+  row("forward, no grad", &MemoryEstimate::predict_peak, "  (evaluation, predicted steps)");
+  for (const auto& [name, e] : columns) std::printf("  %s peak at %s\n", name.c_str(), e.peak_at.c_str());
 }
 
 // Max batch at T = 1024 for the GPT-2 sizes on 8/16/24/80 GiB: plain settings and all levers.
@@ -59,14 +72,17 @@ void print_gpt2_table(int64_t threads) {
       {"gpt2", "124M"}, {"gpt2-medium", "355M"}, {"gpt2-large", "774M"}, {"gpt2-xl", "1.5B"}};
   const std::vector<int64_t> budgets = {8, 16, 24, 80};
   MemoryLevers plain;
+  MemoryLevers plain_bf16;
+  plain_bf16.precision = Precision::BF16;
   MemoryLevers all;
   all.attention = AttentionKind::Flash;
   all.recompute = RecomputeLevel::Full;
   all.optimizer = OptimizerKind::AdamW8bit;
-  std::printf("\nlargest batch at context 1024 (plain: naive attention, no recompute, AdamW / all levers:\n"
-              "flash attention, full recompute, 8-bit AdamW); 0 = not even batch 1\n");
+  all.precision = Precision::BF16;
+  std::printf("\nlargest batch at context 1024 (plain fp32: naive attention, no recompute, AdamW / the same in\n"
+              "bf16 / all levers: flash attention, full recompute, 8-bit AdamW, bf16); 0 = not even batch 1\n");
   std::printf("  %-12s %6s", "model", "params");
-  for (int64_t gb : budgets) std::printf(" %13s", fmt::format("{} GiB", gb).c_str());
+  for (int64_t gb : budgets) std::printf(" %17s", fmt::format("{} GiB", gb).c_str());
   std::printf("\n");
   for (const auto& [preset, label] : models) {
     const GPTConfig g = gpt_preset(preset);
@@ -76,8 +92,9 @@ void print_gpt2_table(int64_t threads) {
     std::printf("  %-12s %6s", preset, label);
     for (int64_t gb : budgets) {
       const int64_t budget = gb << 30;
-      const std::string cell = fmt::format("{} / {}", max_gpt_batch(g, s, plain, budget), max_gpt_batch(g, s, all, budget));
-      std::printf(" %13s", cell.c_str());
+      const std::string cell = fmt::format("{} / {} / {}", max_gpt_batch(g, s, plain, budget),
+                                           max_gpt_batch(g, s, plain_bf16, budget), max_gpt_batch(g, s, all, budget));
+      std::printf(" %17s", cell.c_str());
     }
     std::printf("\n");
   }
@@ -102,7 +119,8 @@ PlanInputs plan_inputs(const Config& c) {
   for (const auto& phase : phases)
     in.levers.recompute = std::min(in.levers.recompute, parse_recompute_level(recompute_for_phase(c, phase)));
   in.levers.recompute_every = c.get_int("memory.recompute_every");
-  in.levers.attention = c.get_string("model.attention") == "flash" ? AttentionKind::Flash : AttentionKind::Naive;
+  in.levers.attention = parse_attention_kind(c.get_string("model.attention"));
+  in.levers.precision = parse_precision(c.get_string("train.precision"));
   in.levers.mode = train_mode(c.get_string("run.mode"));
   if (in.levers.mode == TrainMode::Hybrid) {
     const HybridOptions h = hybrid_options(c);
@@ -142,7 +160,17 @@ int run_plan(const std::vector<std::string>& args, const std::string& budget_tex
   }
   std::printf("levers: %s\n", describe(in.levers).c_str());
   std::printf("estimated tensor memory of a training step (as the tracking allocator counts it):\n");
-  print_breakdown(e);
+  if (in.kind == "gpt") {
+    // fp32 and bf16 side by side; the config's own precision is marked.
+    PlanInputs other = in;
+    other.levers.precision = in.levers.precision == Precision::BF16 ? Precision::FP32 : Precision::BF16;
+    const MemoryEstimate o = estimate_memory(other);
+    const bool is_bf16 = in.levers.precision == Precision::BF16;
+    print_breakdown({{is_bf16 ? "fp32" : "fp32 *", is_bf16 ? o : e}, {is_bf16 ? "bf16 *" : "bf16", is_bf16 ? e : o}});
+    std::printf("  (* train.precision; bf16 on this CPU: %s)\n", cpu_bf16_features().describe().c_str());
+  } else {
+    print_breakdown({{"fp32", e}});
+  }
 
   int code = kOk;
   if (budget > 0) {
@@ -151,7 +179,7 @@ int run_plan(const std::vector<std::string>& args, const std::string& budget_tex
                 100.0 * e.peak / budget);
     if (!fits) code = kPlanDoesNotFit;
     if (!fits && in.kind == "gpt") {
-      const Recommendation r = recommend_gpt(in.gpt, in.shape, in.levers, budget);
+      const Recommendation r = recommend_gpt(in.gpt, in.shape, in.levers, budget, cpu_bf16_features().any());
       std::string overrides;
       for (const auto& ch : r.changes) overrides += " " + ch;
       if (r.fits) {

@@ -18,6 +18,7 @@
 #include "hybrid/kernels/attention.h"
 #include "hybrid/kernels/recompute.h"
 #include "hybrid/kernels/attention_core.h"
+#include "hybrid/kernels/precision.h"
 #include "hybrid/data/kjv.h"
 #include "hybrid/data/text_source.h"
 #include "hybrid/data/token_corpus.h"
@@ -118,10 +119,24 @@ DataKind data_kind(const std::string& dataset) { return dataset == "fashion-mnis
 
 GPTConfig gpt_config(const Config& c) {
   try {
-    return ht::gpt_config(ConfigModelSettings(c));
+    GPTConfig g = ht::gpt_config(ConfigModelSettings(c));
+    g.precision = parse_precision(c.get_string("train.precision"));
+    return g;
   } catch (const OptionsError& e) {
     throw config_error(e);
   }
+}
+
+std::string precision_check(const Config& c) {
+  if (parse_precision(c.get_string("train.precision")) != Precision::BF16) return "";
+  if (bf16_instructions_in_use()) return "";
+  // Measured (BENCHMARKS.md, "bf16 mixed precision"): oneDNN's emulated bf16 GEMM is ~2.9x
+  // slower than fp32, so the GEMMs widen bf16 operands to fp32 instead. bf16 is then correct and
+  // halves activation memory but is no faster: a warning, not a refusal.
+  return "train.precision = bf16 on a CPU without bf16 instructions (" + cpu_bf16_features().describe() +
+         (cpu_bf16_features().any() ? ", held below them by ONEDNN_MAX_CPU_ISA" : "") +
+         "): bf16 GEMMs run on operands widened to fp32, so steps are no faster than train.precision = fp32 "
+         "(activation memory is still halved)";
 }
 
 bool set_recompute(Session& s, const std::string& level, int64_t every_n_layers) {
@@ -158,6 +173,14 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   if (spec.data != data_kind(dataset))
     throw ConfigError("model.kind = " + kind + " does not fit data.dataset = " + dataset + " (" + kind + " trains on " +
                       (spec.data == DataKind::Images ? "fashion-mnist" : "kjv, text or tokens") + ")");
+  const Precision precision = parse_precision(c.get_string("train.precision"));
+  if (precision != Precision::FP32 && !spec.bf16) {
+    std::string with_bf16;
+    for (const ModelSpec& m : model_registry())
+      if (m.bf16) with_bf16 += (with_bf16.empty() ? "" : ", ") + m.name;
+    throw ConfigError("train.precision = " + to_string(precision) + " is implemented for model.kind = " + with_bf16 +
+                      "; " + kind + " trains in fp32 (set train.precision = fp32)");
+  }
   if (with_data) s.data = build_data(c, s);
 
   DataShape shape;
@@ -168,7 +191,7 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   const ConfigModelSettings settings(c);
   BuiltModel built;
   try {
-    built = spec.build(settings, shape, load_init_from);
+    built = spec.build(settings, shape, BuildOptions{load_init_from, precision});
   } catch (const CheckpointError& e) {
     throw CheckpointError(std::string("model.") + e.what());  // init_from: ... -> model.init_from: ...
   } catch (const OptionsError& e) {
@@ -181,6 +204,7 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   s.architecture = built.architecture;
   s.n_head = built.n_head;
   s.gpt = std::dynamic_pointer_cast<GPT>(s.module);
+  s.precision_warning = precision_check(c);
   if (dataset == "tokens") s.byte_level = false;
   const std::string first_phase = c.get_string("run.mode") == "hybrid" ? "warmup" : "full";
   if (recompute_for_phase(c, first_phase) != "none")

@@ -36,6 +36,8 @@ struct Session {
   std::function<void(RecomputeLevel, int64_t)> set_model_recompute;
   std::string architecture = "feedforward";
   int64_t n_head = 0;
+  // train.precision = bf16 on a CPU without bf16 instructions: what to tell the user (or "").
+  std::string precision_warning;
   std::string recompute = "none";  // the activation recompute level in force
   bool recompute_forced = false;  // the memory ladder turned on full recompute: phases keep it
 };
@@ -45,8 +47,11 @@ struct Session {
 Session build_session(const Config& config, bool with_data, bool load_init_from = true);
 // The model.* keys as the model registry's settings (the Config must outlive them).
 std::unique_ptr<ModelSettings> model_settings(const Config& config);
-// model.preset with the model.* overrides applied (validated).
+// model.preset with the model.* overrides applied, model.attention and train.precision
+// (validated: ConfigError names the key).
 GPTConfig gpt_config(const Config& config);
+// "" unless train.precision = bf16 on a CPU without bf16 instructions: then the warning to print.
+std::string precision_check(const Config& config);
 // Sets activation recompute for the session's GPT to `level` ("none" | "selective" | "full"),
 // replacing whatever was in force; returns false when there is no GPT. Used at start-up, per
 // phase (MemoryPressureOptions::on_phase) and by the memory-pressure ladder.

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # The Python side of the step-time benchmark: the same GPT-2 (pre-LN, tanh GELU, tied head) and
-# the same AdamW loop in PyTorch (Debian's python3-torch), timed per full step. Prints one JSON line.
+# the same AdamW loop in PyTorch (Debian's python3-torch), timed per full step, in fp32 or under
+# torch.autocast("cpu", dtype=torch.bfloat16) (--autocast). Prints one JSON line.
 import argparse, json, math, statistics, time
 
 import torch
@@ -58,6 +59,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--autocast", action="store_true", help="bf16 autocast around the forward")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -66,19 +68,23 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     idx = torch.randint(0, vocab, (a.batch, a.seq))
     tgt = torch.randint(0, vocab, (a.batch, a.seq))
-    times = []
+    times, cpu = [], []
     for i in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)  # all threads: robust to a busy machine
     print(json.dumps({"impl": "python", "preset": a.preset, "batch": a.batch, "seq": a.seq,
-                      "threads": a.threads, "median_ms": statistics.median(times),
-                      "min_ms": min(times), "max_ms": max(times), "loss": loss.item()}))
+                      "threads": a.threads, "precision": "autocast-bf16" if a.autocast else "fp32",
+                      "median_ms": statistics.median(times),
+                      "min_ms": min(times), "max_ms": max(times), "loss": loss.item(),
+                      "cpu_ms": statistics.median(cpu)}))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,59 @@
 #include <torch/torch.h>
 
 #include "hybrid/kernels/optimizers.h"
+#include "kernels/dispatch.h"
 #include "optimizer_state_io.h"
 
 namespace ht {
 namespace {
+
+// One tensor's update: p, m, v change in place.
+struct AdamWScalars {
+  double lr, beta1, beta2, eps, wd, bc1, bc2;
+};
+using AdamWStepFn = void (*)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
+                             const AdamWScalars& k);
+
+// Contiguous float32 CPU tensors: one fused pass, no temporaries.
+void adamw_cpu_f32(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
+                   const AdamWScalars& k) {
+  float* pw = p.data_ptr<float>();
+  const float* gw = g.data_ptr<float>();
+  float* mw = m.data_ptr<float>();
+  float* vw = v.data_ptr<float>();
+  const float b1 = static_cast<float>(k.beta1), b2 = static_cast<float>(k.beta2);
+  const float decay = static_cast<float>(1.0 - k.lr * k.wd);
+  const float step_size = static_cast<float>(k.lr / k.bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(k.bc2));
+  const float eps = static_cast<float>(k.eps);
+  // Fixed grain: the split (and so the result) depends only on the size and thread count.
+  at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t j = begin; j < end; ++j) {
+      const float gj = gw[j];
+      const float mj = b1 * mw[j] + (1.0f - b1) * gj;
+      const float vj = b2 * vw[j] + (1.0f - b2) * gj * gj;
+      mw[j] = mj;
+      vw[j] = vj;
+      pw[j] = pw[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+    }
+  });
+}
+
+// ATen ops: any device, dtype or layout (torch::optim::AdamW's arithmetic).
+void adamw_aten(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
+                const AdamWScalars& k) {
+  p.mul_(1.0 - k.lr * k.wd);
+  m.mul_(k.beta1).add_(g, 1.0 - k.beta1);
+  v.mul_(k.beta2).addcmul_(g, g, 1.0 - k.beta2);
+  auto denom = (v.sqrt() / std::sqrt(k.bc2)).add_(k.eps);
+  p.addcdiv_(m, denom, -k.lr / k.bc1);
+}
+
+const KernelTable<AdamWStepFn> kAdamW{
+    "adamw", adamw_cpu_f32, nullptr, adamw_aten,
+    "no fused kernel for bfloat16 parameters; ATen's per-op update ran (train with fp32 master "
+    "weights, as train.precision = bf16 does, to use the fused one)"};
 
 class AdamW final : public SingleRateOptimizer {
  public:
@@ -34,12 +83,10 @@ class AdamW final : public SingleRateOptimizer {
       const auto& g = p.grad();
       if (!g.defined()) continue;
       const bool decay = !o_.decay_matrices_only || p.dim() >= 2;
-      const double wd = decay ? o_.weight_decay : 0.0;
-      if (p.scalar_type() == at::kFloat && p.is_contiguous() && g.is_contiguous() && p.is_cpu()) {
-        fused_step(p, g, m_[i], v_[i], wd, bc1, bc2);
-      } else {
-        reference_step(p, g, m_[i], v_[i], wd, bc1, bc2);
-      }
+      const AdamWScalars k{lr_, o_.beta1, o_.beta2, o_.eps, decay ? o_.weight_decay : 0.0, bc1, bc2};
+      const bool layout_ok = p.is_contiguous() && g.is_contiguous() &&
+                             g.scalar_type() == p.scalar_type() && g.device() == p.device();
+      kAdamW(kernel_path(p, layout_ok), p, g, m_[i], v_[i], k);
     }
   }
 
@@ -72,40 +119,6 @@ class AdamW final : public SingleRateOptimizer {
   }
 
  private:
-  void fused_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, double wd,
-                  double bc1, double bc2) {
-    float* pw = p.data_ptr<float>();
-    const float* gw = g.data_ptr<float>();
-    float* mw = m.data_ptr<float>();
-    float* vw = v.data_ptr<float>();
-    const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
-    const float decay = static_cast<float>(1.0 - lr_ * wd);
-    const float step_size = static_cast<float>(lr_ / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float eps = static_cast<float>(o_.eps);
-    // Fixed grain: the split (and so the result) depends only on the size and thread count.
-    at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-      for (int64_t j = begin; j < end; ++j) {
-        const float gj = gw[j];
-        const float mj = b1 * mw[j] + (1.0f - b1) * gj;
-        const float vj = b2 * vw[j] + (1.0f - b2) * gj * gj;
-        mw[j] = mj;
-        vw[j] = vj;
-        pw[j] = pw[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
-      }
-    });
-  }
-
-  void reference_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, double wd,
-                      double bc1, double bc2) {
-    p.mul_(1.0 - lr_ * wd);
-    m.mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
-    v.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-    auto denom = (v.sqrt() / std::sqrt(bc2)).add_(o_.eps);
-    p.addcdiv_(m, denom, -lr_ / bc1);
-  }
-
   std::vector<at::Tensor> params_, m_, v_;
   AdamWOptions o_;
   int64_t t_ = 0;

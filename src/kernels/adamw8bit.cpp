@@ -15,6 +15,8 @@
 #include <torch/torch.h>
 
 #include "hybrid/kernels/quantize8.h"
+#include "kernels/dispatch.h"
+#include "kernels/quantize8_aten.h"
 
 namespace ht {
 namespace {
@@ -80,7 +82,29 @@ std::pair<float, float> update_block(float* __restrict p, const float* __restric
   return {m_abs, v_abs};
 }
 
+// The same counter-based uniforms in ATen ops, for counters base + j, j < n, on `device`: int64
+// arithmetic wraps as uint64 does, and >> on int64 is arithmetic, so logical shifts mask.
+std::pair<at::Tensor, at::Tensor> uniform01_pairs_aten(uint64_t base, int64_t n,
+                                                       const at::Device& device) {
+  auto shr = [](const at::Tensor& z, int k) {  // logical z >> k
+    return at::bitwise_and(at::bitwise_right_shift(z, k), (int64_t{1} << (64 - k)) - 1);
+  };
+  auto as_i64 = [](uint64_t u) {
+    int64_t i;
+    std::memcpy(&i, &u, sizeof i);
+    return i;
+  };
+  at::Tensor z = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device)) + as_i64(base);
+  z = at::bitwise_xor(z, shr(z, 30)) * as_i64(0xBF58476D1CE4E5B9ull);
+  z = at::bitwise_xor(z, shr(z, 27)) * as_i64(0x94D049BB133111EBull);
+  z = at::bitwise_xor(z, shr(z, 31));
+  const at::Tensor u1 = shr(z, 40).to(at::kFloat) * kTwoToMinus24;
+  const at::Tensor u2 = at::bitwise_and(shr(z, 16), 0xFFFFFF).to(at::kFloat) * kTwoToMinus24;
+  return {u1, u2};
+}
+
 bool all_finite(const at::Tensor& g) {
+  if (!g.device().is_cpu() || g.scalar_type() != at::kFloat) return at::isfinite(g).all().item<bool>();
   const float* d = g.data_ptr<float>();
   std::atomic<bool> finite{true};
   at::parallel_for(0, g.numel(), 65536, [&](int64_t begin, int64_t end) {
@@ -121,10 +145,11 @@ AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, const AdamWOptions& opts,
   const DynamicCode& uc = DynamicCode::unsigned_code();
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];
-    if (p.scalar_type() != at::kFloat || !p.device().is_cpu() || !p.is_contiguous())
+    if (p.scalar_type() != at::kFloat || !p.is_contiguous() || p.device() != params_[0].device())
       throw std::invalid_argument("adamw8bit: parameter " + std::to_string(i) +
-                                  " is not a contiguous float32 CPU tensor; 8-bit AdamW handles "
-                                  "only those (use ht::make_adamw for the rest)");
+                                  " is not a contiguous float32 tensor on the first one's device; "
+                                  "8-bit AdamW keeps fp32 master weights (bf16 compute keeps them "
+                                  "too: train.precision = bf16) - use ht::make_adamw for the rest");
     State s;
     const int64_t n = p.numel();
     s.quantized = n >= quant.min_quantized_numel;
@@ -160,11 +185,56 @@ void AdamW8bit::step() {
     if (!p.grad().defined()) continue;
     const bool decays = !opts_.decay_matrices_only || p.dim() >= 2;
     const float decay = static_cast<float>(1.0 - lr_ * (decays ? opts_.weight_decay : 0.0));
-    if (states_[i].quantized)
-      quantized_step(i, decay, step_size, inv_sqrt_bc2);
-    else
-      fp32_step(p, p.grad().contiguous(), states_[i], decay, step_size, inv_sqrt_bc2);
+    using StepFn = void (AdamW8bit::*)(size_t, float, float, float);
+    static const KernelTable<StepFn> table{"adamw8bit", &AdamW8bit::cpu_step, nullptr,
+                                           &AdamW8bit::aten_step, ""};
+    const at::Tensor& g = p.grad();
+    const bool layout_ok = g.is_contiguous() && g.scalar_type() == at::kFloat && g.device() == p.device();
+    (this->*table.select(kernel_path(p, layout_ok)))(i, decay, step_size, inv_sqrt_bc2);
   }
+}
+
+void AdamW8bit::cpu_step(size_t index, float decay, float step_size, float inv_sqrt_bc2) {
+  if (states_[index].quantized)
+    quantized_step(index, decay, step_size, inv_sqrt_bc2);
+  else
+    fp32_step(params_[index], params_[index].grad(), states_[index], decay, step_size, inv_sqrt_bc2);
+}
+
+// The CPU kernel's arithmetic in ATen ops on the parameter's device: dequantize the moments,
+// update them and p in fp32, requantize with the same code and the same counter-based uniforms.
+void AdamW8bit::aten_step(size_t index, float decay, float step_size, float inv_sqrt_bc2) {
+  at::Tensor& p = params_[index];
+  const at::Tensor g = p.grad().to(at::kFloat).reshape({-1});  // [n]
+  State& s = states_[index];
+  const float b1 = static_cast<float>(opts_.beta1), b2 = static_cast<float>(opts_.beta2);
+  const float eps = static_cast<float>(opts_.eps);
+  const int64_t n = p.numel(), bs = quant_.block_size;
+  const DynamicCode& sc = DynamicCode::signed_code();
+  const DynamicCode& uc = DynamicCode::unsigned_code();
+  at::Tensor m = s.quantized ? dequantize_blockwise_aten({s.m_codes, s.m_absmax, bs}, sc) : s.m;
+  at::Tensor v = s.quantized ? dequantize_blockwise_aten({s.v_codes, s.v_absmax, bs}, uc) : s.v;
+  m = m * b1 + g * (1.0f - b1);
+  v = v * b2 + g * g * (1.0f - b2);
+  at::Tensor pf = p.view({-1});
+  pf.copy_(pf * decay - m * step_size / (v.sqrt() * inv_sqrt_bc2 + eps));
+  if (!s.quantized) {
+    s.m.copy_(m);
+    s.v.copy_(v);
+    return;
+  }
+  at::Tensor um, uv;
+  if (quant_.rounding == AdamW8bitOptions::Rounding::Stochastic) {
+    const uint64_t key = (static_cast<uint64_t>(step_) * 0x9E3779B97F4A7C15ull) ^
+                         (static_cast<uint64_t>(index) << 40);
+    std::tie(um, uv) = uniform01_pairs_aten(key, n, p.device());
+  }
+  const BlockQuantized qm = quantize_blockwise_aten(m, sc, bs, um);
+  const BlockQuantized qv = quantize_blockwise_aten(v, uc, bs, uv);
+  s.m_codes.copy_(qm.codes);
+  s.v_codes.copy_(qv.codes);
+  s.m_absmax.copy_(qm.absmax);
+  s.v_absmax.copy_(qv.absmax);
 }
 
 void AdamW8bit::quantized_step(size_t index, float decay, float step_size, float inv_sqrt_bc2) {

@@ -1,5 +1,5 @@
-// The reference attention, the SDPA path of LibTorch >= 2.0, and the kernel switch the models use.
-// flash_attention's tiled kernels live in flash_attention.cpp.
+// The attention choice (AttentionKind), the reference attention, ATen's SDPA where LibTorch has it,
+// and the switch for unpacked q, k, v. flash_attention's tiled kernels live in flash_attention.cpp.
 #include "hybrid/kernels/attention.h"
 
 #include <cmath>
@@ -20,47 +20,52 @@ at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     at::Tensor hidden = at::ones({T, S}, q.options().dtype(at::kBool)).triu(1);  // key > query
     att = att.masked_fill(hidden, -std::numeric_limits<float>::infinity());
   }
-  return at::matmul(at::softmax(att, -1), v);  // [B, nh, T, hs]
+  // Softmax in fp32 whatever the input's dtype (a no-op cast for fp32).
+  return at::matmul(at::softmax(att, -1, at::kFloat).to(q.scalar_type()), v);  // [B, nh, T, hs]
 }
 
-AttentionKernel parse_attention_kernel(const std::string& name) {
-  if (name == "naive") return AttentionKernel::Naive;
-  if (name == "flash") return AttentionKernel::Flash;
-  if (name == "sdpa") return AttentionKernel::Sdpa;
-  throw std::invalid_argument("unknown attention kernel '" + name +
-                              "': expected naive, flash or sdpa");
+AttentionKind parse_attention_kind(const std::string& name) {
+  if (name == "naive") return AttentionKind::Naive;
+  if (name == "flash") return AttentionKind::Flash;
+  if (name == "fused") return AttentionKind::Fused;
+  throw std::invalid_argument("unknown attention '" + name + "': expected naive, flash or fused");
 }
 
-std::string to_string(AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::Naive:
+std::string to_string(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::Naive:
       return "naive";
-    case AttentionKernel::Flash:
+    case AttentionKind::Flash:
       return "flash";
-    case AttentionKernel::Sdpa:
-      return "sdpa";
+    case AttentionKind::Fused:
+      return "fused";
   }
   return "unknown";
 }
 
-bool sdpa_available() { return TORCH_VERSION_MAJOR >= 2; }
+bool fused_attention_available() { return TORCH_VERSION_MAJOR >= 2; }
+
+std::string attention_unavailable_reason(AttentionKind kind) {
+  if (kind != AttentionKind::Fused || fused_attention_available()) return "";
+  return "attention 'fused' is ATen's scaled_dot_product_attention, which needs LibTorch >= 2.0 "
+         "(this build has LibTorch " + std::string(TORCH_VERSION) + "); use 'flash' or 'naive'";
+}
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                     AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::Naive:
+                     AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::Naive:
       return naive_attention(q, k, v, causal);
-    case AttentionKernel::Flash:
+    case AttentionKind::Flash:
       return flash_attention(q, k, v, causal);
-    case AttentionKernel::Sdpa:
+    case AttentionKind::Fused:
 #if TORCH_VERSION_MAJOR >= 2
       return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
 #else
-      throw std::invalid_argument("attention kernel 'sdpa' needs LibTorch >= 2.0 (this build has " +
-                                  std::string(TORCH_VERSION) + "); use 'flash'");
+      throw std::invalid_argument(attention_unavailable_reason(kind));
 #endif
   }
-  throw std::invalid_argument("attention: unknown kernel");
+  throw std::invalid_argument("attention: unknown kind");
 }
 
 }  // namespace ht

@@ -1,5 +1,6 @@
-// FlashAttention-2 on the CPU: score tiles go through ATen GEMMs (OpenBLAS), the online-softmax
-// bookkeeping through plain loops; neither pass materialises a T x S matrix.
+// FlashAttention-2 on the CPU: score tiles go through GEMMs (fp32: ATen's, OpenBLAS; bf16: oneDNN's
+// with fp32 accumulation), the online-softmax bookkeeping through plain fp32 loops; neither pass
+// materialises a T x S matrix.
 #include "hybrid/kernels/attention.h"
 
 #include <algorithm>
@@ -12,6 +13,11 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include <torch/version.h>
+
+#include "kernels/bf16.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm.h"
 
 namespace ht {
 namespace {
@@ -25,9 +31,9 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   };
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4)
     fail("q, k, v must be [B, nh, T, hs]; got " + std::to_string(q.dim()) + "-d inputs");
-  if (q.scalar_type() != at::kFloat || k.scalar_type() != at::kFloat ||
-      v.scalar_type() != at::kFloat)
-    fail("q, k, v must be float32; convert with .to(torch::kFloat32)");
+  const auto dt = q.scalar_type();
+  if ((dt != at::kFloat && dt != at::kBFloat16) || k.scalar_type() != dt || v.scalar_type() != dt)
+    fail("q, k, v must all be float32 or all bfloat16 (flash_attention() takes other dtypes)");
   if (!q.device().is_cpu() || !k.device().is_cpu() || !v.device().is_cpu())
     fail("q, k, v must be CPU tensors");
   if (k.sizes() != v.sizes() || q.size(0) != k.size(0) || q.size(1) != k.size(1) ||
@@ -56,9 +62,9 @@ void parallel_items(int64_t n, const Body& body) {
   if (error) std::rethrow_exception(error);
 }
 
-// Per-head row access into a [B, nh, L, hs] float tensor whose rows are contiguous: rows of a
-// head may be any distance apart, so GPT's q, k, v (strided views into the c_attn output) and its
-// incoming gradient are used in place; anything else is copied once.
+// Per-head row access into a [B, nh, L, hs] float or bf16 tensor whose rows are contiguous: rows
+// of a head may be any distance apart, so GPT's q, k, v (strided views into the c_attn output) and
+// its incoming gradient are used in place; anything else is copied once.
 class Heads {
  public:
   explicit Heads(const at::Tensor& x)
@@ -70,13 +76,20 @@ class Heads {
         sb_(t_.stride(0)),
         sh_(t_.stride(1)),
         st_(t_.size(2) == 1 ? t_.size(3) : t_.stride(2)),
-        data_(t_.data_ptr<float>()) {}
+        data_(t_.data_ptr()),
+        elem_(t_.element_size()) {}
 
   // Rows [r0, r0 + n) of head bh = b * nh + h, as an [n, hs] view (row stride st_).
   at::Tensor rows(int64_t bh, int64_t r0, int64_t n) const {
     return t_.as_strided({n, hs_}, {st_, 1}, t_.storage_offset() + offset(bh, r0));
   }
-  float* row(int64_t bh, int64_t r) const { return data_ + offset(bh, r); }
+  float* row(int64_t bh, int64_t r) const {  // float32 tensors only
+    return static_cast<float*>(data_) + offset(bh, r);
+  }
+  const uint16_t* row_bf16(int64_t bh, int64_t r) const {  // bfloat16 tensors only
+    return static_cast<const uint16_t*>(data_) + offset(bh, r);
+  }
+  bool is_bf16() const { return elem_ == 2; }
 
  private:
   int64_t offset(int64_t bh, int64_t r) const {
@@ -85,8 +98,34 @@ class Heads {
 
   at::Tensor t_;  // detached: the tile GEMMs (out= variants) must not see a tensor requiring grad
   int64_t nh_, hs_, sb_, sh_, st_;
-  float* data_;
+  void* data_;
+  int64_t elem_;
 };
+
+// Tile GEMMs. fp32 keeps ATen's (OpenBLAS) calls; bf16 operands go to oneDNN's bf16 GEMM, which
+// writes and accumulates into the fp32 out.
+void tile_mm(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {  // out = a b
+  if (a.scalar_type() == at::kFloat) {
+    at::mm_out(out, a, b);
+  } else {
+    matmul_into(out, a, b);
+  }
+}
+void tile_addmm(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b) {  // acc += a b
+  if (a.scalar_type() == at::kFloat) {
+    acc.addmm_(a, b);
+  } else {
+    matmul_into(acc, a, b, 1.0f, 1.0f);
+  }
+}
+
+// An fp32 tile as a GEMM operand of the compute dtype: itself, or rounded into a bf16 buffer.
+const at::Tensor& as_operand(const at::Tensor& tile32, at::Tensor& buffer_c) {
+  if (!buffer_c.defined()) return tile32;
+  buffer_c = buffer_c.as_strided(tile32.sizes(), tile32.strides(), 0);
+  round_into(buffer_c, tile32);  // both contiguous [n, m] tiles
+  return buffer_c;
+}
 
 // An [n, m] contiguous view at the start of a per-thread scratch buffer.
 at::Tensor tile(const at::Tensor& buffer, int64_t n, int64_t m) {
@@ -139,12 +178,15 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
   const int64_t B = q_in.size(0), nh = q_in.size(1), T = q_in.size(2), hs = q_in.size(3);
   const int64_t S = k_in.size(2), BH = B * nh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const bool bf16 = q_in.scalar_type() == at::kBFloat16;
+  const auto f32 = q_in.options().dtype(at::kFloat);
   const Heads q(q_in), k(k_in), v(v_in);
   // y is laid out [B, T, nh, hs] and returned as a [B, nh, T, hs] view, so that GPT's
-  // y.transpose(1, 2).reshape({B, T, C}) is free.
-  at::Tensor y = at::zeros({B, T, nh, hs}, q_in.options()).permute({0, 2, 1, 3});
-  const Heads out(y);                                      // accumulated in place
-  at::Tensor lse = at::empty({B, nh, T}, q_in.options());  // [B, nh, T]
+  // y.transpose(1, 2).reshape({B, T, C}) is free. It is accumulated in fp32 (bf16: in a buffer
+  // rounded to bf16 at the end).
+  at::Tensor y32 = at::zeros({B, T, nh, hs}, f32);
+  const Heads out(y32.permute({0, 2, 1, 3}));              // accumulated in place
+  at::Tensor lse = at::empty({B, nh, T}, f32);  // [B, nh, T]
   const int64_t bq = std::min(block_q, T), bk = std::min(block_k, S);
   const int64_t n_qblocks = (T + bq - 1) / bq;
   float* lse_data = lse.data_ptr<float>();
@@ -152,7 +194,8 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
   parallel_items(BH * n_qblocks, [&](int64_t item) {
     const int64_t bh = item / n_qblocks, i0 = (item % n_qblocks) * bq;
     const int64_t nq = std::min(bq, T - i0);
-    at::Tensor s_buf = at::empty({bq * bk}, q_in.options());  // one [nq, nk] score tile
+    at::Tensor s_buf = at::empty({bq * bk}, f32);  // one [nq, nk] score tile
+    at::Tensor p_buf = bf16 ? at::empty({bq * bk}, q_in.options()) : at::Tensor();  // bf16 copy
     at::Tensor q_i = q.rows(bh, i0, nq);                      // [nq, hs]
     at::Tensor acc = out.rows(bh, i0, nq);                    // [nq, hs], unnormalised output
     float* m = lse_data + bh * T + i0;  // running row max, reused as the lse slot at the end
@@ -163,7 +206,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
     for (int64_t j0 = 0; j0 < s_end; j0 += bk) {
       const int64_t nk = std::min(bk, S - j0);
       at::Tensor s = tile(s_buf, nq, nk);  // [nq, nk]
-      at::mm_out(s, q_i, k.rows(bh, j0, nk).t());
+      tile_mm(s, q_i, k.rows(bh, j0, nk).t());
       float* sd = s.data_ptr<float>();
       for (int64_t r = 0; r < nq; ++r) {
         float* row = sd + r * nk;
@@ -184,7 +227,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
           for (int64_t h = 0; h < hs; ++h) a[h] *= correction[r];
         }
       }
-      acc.addmm_(s, v.rows(bh, j0, nk));  // acc += p @ v_j
+      tile_addmm(acc, as_operand(s, p_buf), v.rows(bh, j0, nk));  // acc += p @ v_j
     }
     for (int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -193,7 +236,8 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q_i
       m[r] += std::log(l[r]);  // lse = m + log(l)
     }
   });
-  return {y, lse};
+  at::Tensor y = bf16 ? to_bf16(y32) : y32;  // [B, T, nh, hs]
+  return {y.permute({0, 2, 1, 3}), lse};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
@@ -206,26 +250,37 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
   const int64_t B = q_in.size(0), nh = q_in.size(1), T = q_in.size(2), hs = q_in.size(3);
   const int64_t S = k_in.size(2), BH = B * nh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const Heads q(q_in), k(k_in), v(v_in), y(y_in), dy(dy_in);
+  const auto dt = q_in.scalar_type();
+  const bool bf16 = dt == at::kBFloat16;
+  const auto f32 = q_in.options().dtype(at::kFloat);
+  const Heads q(q_in), k(k_in), v(v_in), y(y_in.to(dt)), dy(dy_in.to(dt));
   const at::Tensor lse = lse_in.detach().contiguous();  // [B, nh, T]
-  at::Tensor dq = at::zeros({B, nh, T, hs}, q_in.options());
-  at::Tensor dk = at::zeros({B, nh, S, hs}, q_in.options());
-  at::Tensor dv = at::zeros({B, nh, S, hs}, q_in.options());
+  // Gradients accumulate over tiles in fp32 (bf16: rounded once at the end).
+  at::Tensor dq = at::zeros({B, nh, T, hs}, f32);
+  at::Tensor dk = at::zeros({B, nh, S, hs}, f32);
+  at::Tensor dv = at::zeros({B, nh, S, hs}, f32);
   const Heads dq_h(dq), dk_h(dk), dv_h(dv);
   const int64_t bq = std::min(block_q, T), bk = std::min(block_k, S);
 
   // One head per work item: dq rows are accumulated over every key block, so two threads never
   // share a head and no atomics are needed. B * nh >= threads in practice (GPT-2: 12 heads).
   parallel_items(BH, [&](int64_t bh) {
-    at::Tensor p_buf = at::empty({bq * bk}, q_in.options());
-    at::Tensor dp_buf = at::empty({bq * bk}, q_in.options());
-    // D[t] = rowsum(dy * y): the softmax-backward term of FlashAttention-2.
+    at::Tensor p_buf = at::empty({bq * bk}, f32);
+    at::Tensor dp_buf = at::empty({bq * bk}, f32);
+    at::Tensor c_buf = bf16 ? at::empty({bq * bk}, q_in.options()) : at::Tensor();  // bf16 tiles
+    // D[t] = rowsum(dy * y): the softmax-backward term of FlashAttention-2, in fp32.
     std::vector<float> D(T);
     for (int64_t t = 0; t < T; ++t) {
-      const float* dyr = dy.row(bh, t);
-      const float* yr = y.row(bh, t);
       float s = 0.0f;
-      for (int64_t h = 0; h < hs; ++h) s += dyr[h] * yr[h];
+      if (bf16) {
+        const uint16_t* dyr = dy.row_bf16(bh, t);
+        const uint16_t* yr = y.row_bf16(bh, t);
+        for (int64_t h = 0; h < hs; ++h) s += bf16_to_float(dyr[h]) * bf16_to_float(yr[h]);
+      } else {
+        const float* dyr = dy.row(bh, t);
+        const float* yr = y.row(bh, t);
+        for (int64_t h = 0; h < hs; ++h) s += dyr[h] * yr[h];
+      }
       D[t] = s;
     }
     const float* lse_bh = lse.data_ptr<float>() + bh * T;
@@ -241,14 +296,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
       const int64_t nk = std::min(bk, S - j0);
       at::Tensor k_j = k.rows(bh, j0, nk), v_j = v.rows(bh, j0, nk);  // [nk, hs]
       at::Tensor k_jt = k_j.t(), v_jt = v_j.t();                      // [hs, nk]
-      at::Tensor dk_j = dk_h.rows(bh, j0, nk), dv_j = dv_h.rows(bh, j0, nk);
+      at::Tensor dk_j = dk_h.rows(bh, j0, nk), dv_j = dv_h.rows(bh, j0, nk);  // fp32
       // Causal: query blocks that end before key j0 see none of this block.
       for (int64_t ib = causal ? j0 / bq : 0; ib * bq < T; ++ib) {
         const int64_t i0 = ib * bq, nq = std::min(bq, T - i0);
         const at::Tensor& q_i = q_blocks[ib];
         const at::Tensor& dy_i = dy_blocks[ib];
-        at::Tensor p = tile(p_buf, nq, nk), dp = tile(dp_buf, nq, nk);  // [nq, nk]
-        at::mm_out(p, q_i, k_jt);
+        at::Tensor p = tile(p_buf, nq, nk), dp = tile(dp_buf, nq, nk);  // [nq, nk] fp32
+        tile_mm(p, q_i, k_jt);
         float* pd = p.data_ptr<float>();
         for (int64_t r = 0; r < nq; ++r) {
           float* row = pd + r * nk;
@@ -257,22 +312,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
           for (int64_t c = 0; c < vis; ++c) row[c] = row[c] * scale - l;
           for (int64_t c = vis; c < nk; ++c) row[c] = kNegInf;
         }
-        p.exp_();                    // p = softmax probabilities of this tile
-        at::Tensor ds_t = dp.t();    // [nk, nq], a view of ds below
-        dv_j.addmm_(p.t(), dy_i);    // dv += p^T dy
-        at::mm_out(dp, dy_i, v_jt);  // dp = dy v^T
+        p.exp_();                                           // p = softmax probabilities of this tile
+        tile_addmm(dv_j, as_operand(p, c_buf).t(), dy_i);  // dv += p^T dy
+        tile_mm(dp, dy_i, v_jt);                            // dp = dy v^T
         float* dpd = dp.data_ptr<float>();
         for (int64_t r = 0; r < nq; ++r) {
           const float d = D[i0 + r];
           for (int64_t c = 0; c < nk; ++c)  // ds = p * (dp - D), with the 1/sqrt(hs) folded in
             dpd[r * nk + c] = pd[r * nk + c] * (dpd[r * nk + c] - d) * scale;
         }
-        dq_blocks[ib].addmm_(dp, k_j);  // dq += ds k
-        dk_j.addmm_(ds_t, q_i);         // dk += ds^T q
+        const at::Tensor& ds = as_operand(dp, c_buf);  // [nq, nk]
+        tile_addmm(dq_blocks[ib], ds, k_j);             // dq += ds k
+        tile_addmm(dk_j, ds.t(), q_i);                  // dk += ds^T q
       }
     }
   });
-  return {dq, dk, dv};
+  if (!bf16) return {dq, dk, dv};
+  return {to_bf16(dq), to_bf16(dk), to_bf16(dv)};
 }
 
 namespace {
@@ -303,9 +359,42 @@ struct FlashAttentionFunction : public torch::autograd::Function<FlashAttentionF
 
 }  // namespace
 
+namespace {
+
+using FlashFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               bool causal, int64_t block_q, int64_t block_k);
+
+at::Tensor flash_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                     int64_t block_q, int64_t block_k) {
+  return FlashAttentionFunction::apply(q, k, v, causal, block_q, block_k);
+}
+
+// Another device or dtype: ATen's fused attention where LibTorch has it, else the reference.
+at::Tensor flash_fallback(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          bool causal, int64_t /*block_q*/, int64_t /*block_k*/) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
+#else
+  return naive_attention(q, k, v, causal);
+#endif
+}
+
+const KernelTable<FlashFn> kFlash{"flash_attention", flash_cpu, flash_cpu, flash_fallback};
+
+}  // namespace
+
 at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            bool causal, int64_t block_q, int64_t block_k) {
-  return FlashAttentionFunction::apply(q, k, v, causal, block_q, block_k);
+  // Shapes and tiles are checked whatever the path; dtype and device pick it.
+  if (q.dim() == 4 && k.dim() == 4 && v.dim() == 4) {
+    const bool same = k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+                      k.device() == q.device() && v.device() == q.device();
+    const KernelPath path = kernel_path(q, same);
+    if (path != KernelPath::Fallback) check_inputs(q, k, v, block_q, block_k);
+    return kFlash(path, q, k, v, causal, block_q, block_k);
+  }
+  check_inputs(q, k, v, block_q, block_k);  // throws: not 4-d
+  return {};
 }
 
 }  // namespace ht

@@ -10,6 +10,9 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "kernels/dispatch.h"
+#include "kernels/quantize8_aten.h"
+
 namespace ht {
 namespace {
 
@@ -106,11 +109,9 @@ uint8_t DynamicCode::quantize_by_search(float x) const {
                               midpoints_.begin());
 }
 
-BlockQuantized quantize_blockwise(const at::Tensor& x_in, const DynamicCode& code,
-                                  int64_t block_size) {
-  if (x_in.scalar_type() != at::kFloat || !x_in.device().is_cpu())
-    throw std::invalid_argument("quantize_blockwise: x must be a float32 CPU tensor");
-  if (block_size < 1) throw std::invalid_argument("quantize_blockwise: block_size must be >= 1");
+namespace {
+
+BlockQuantized quantize_cpu(const at::Tensor& x_in, const DynamicCode& code, int64_t block_size) {
   const at::Tensor x = x_in.detach().contiguous();
   const int64_t n = x.numel(), n_blocks = (n + block_size - 1) / block_size;
   BlockQuantized q{at::empty({n}, x.options().dtype(at::kByte)), at::empty({n_blocks}, x.options()),
@@ -131,10 +132,12 @@ BlockQuantized quantize_blockwise(const at::Tensor& x_in, const DynamicCode& cod
   return q;
 }
 
-at::Tensor dequantize_blockwise(const BlockQuantized& q, const DynamicCode& code) {
+BlockQuantized quantize_fallback(const at::Tensor& x, const DynamicCode& code, int64_t block_size) {
+  return quantize_blockwise_aten(x, code, block_size);
+}
+
+at::Tensor dequantize_cpu(const BlockQuantized& q, const DynamicCode& code) {
   const int64_t n = q.codes.numel(), bs = q.block_size;
-  if (bs < 1 || q.absmax.numel() != (n + bs - 1) / bs)
-    throw std::invalid_argument("dequantize_blockwise: absmax does not match codes and block size");
   at::Tensor out = at::empty({n}, q.absmax.options());
   const uint8_t* cd = q.codes.data_ptr<uint8_t>();
   const float* ad = q.absmax.data_ptr<float>();
@@ -143,6 +146,69 @@ at::Tensor dequantize_blockwise(const BlockQuantized& q, const DynamicCode& code
     for (int64_t j = begin; j < end; ++j) od[j] = code.value(cd[j]) * ad[j / bs];
   });
   return out;
+}
+
+using QuantizeFn = BlockQuantized (*)(const at::Tensor&, const DynamicCode&, int64_t);
+using DequantizeFn = at::Tensor (*)(const BlockQuantized&, const DynamicCode&);
+
+// bf16 input has no kernel of its own: ATen quantizes its fp32 values (the same codes).
+const KernelTable<QuantizeFn> kQuantize{"quantize_blockwise", quantize_cpu, nullptr,
+                                        quantize_fallback,
+                                        "no bf16 kernel; ATen's ops quantized the fp32 values"};
+const KernelTable<DequantizeFn> kDequantize{"dequantize_blockwise", dequantize_cpu, nullptr,
+                                            dequantize_blockwise_aten, ""};
+
+// The code's values and decision midpoints as fp32 tensors on `device` (built as DynamicCode
+// builds them, so bucketize gives the CPU kernel's indices).
+at::Tensor code_values(const DynamicCode& code, const at::Device& device) {
+  return at::tensor(at::ArrayRef<float>(code.values().data(), 256)).to(device);
+}
+
+}  // namespace
+
+BlockQuantized quantize_blockwise_aten(const at::Tensor& x_in, const DynamicCode& code,
+                                       int64_t block_size, const at::Tensor& u) {
+  const at::Tensor x = x_in.detach().reshape({-1}).to(at::kFloat);  // [n]
+  const int64_t n = x.numel(), n_blocks = (n + block_size - 1) / block_size;
+  const at::Tensor padded = at::constant_pad_nd(x, {0, n_blocks * block_size - n});
+  const at::Tensor blocks = padded.view({n_blocks, block_size});
+  const at::Tensor absmax = blocks.abs().amax(1);  // [n_blocks]
+  const at::Tensor inv = at::where(absmax > 0, absmax.reciprocal(), at::zeros_like(absmax));
+  const at::Tensor scaled = (blocks * inv.unsqueeze(1)).view({-1}).narrow(0, 0, n);  // [n]
+  const at::Tensor values = code_values(code, x.device());                          // [256]
+  at::Tensor index;
+  if (!u.defined()) {
+    // Nearest, ties up: the number of midpoints <= x.
+    const at::Tensor mid = (values.narrow(0, 0, 255) + values.narrow(0, 1, 255)) * 0.5;
+    index = at::bucketize(scaled, mid, /*out_int32=*/false, /*right=*/true);
+  } else {
+    // The bracketing pair [lo, lo + 1]; the upper one with probability (x - a) / (b - a).
+    const at::Tensor lo = (at::bucketize(scaled, values, false, true) - 1).clamp_(0, 254);
+    const at::Tensor a = values.index_select(0, lo), b = values.index_select(0, lo + 1);
+    index = lo + (u.reshape({-1}).to(at::kFloat) * (b - a) < scaled - a).to(at::kLong);
+  }
+  return {index.to(at::kByte), absmax, block_size};
+}
+
+at::Tensor dequantize_blockwise_aten(const BlockQuantized& q, const DynamicCode& code) {
+  const int64_t n = q.codes.numel();
+  const at::Tensor values = code_values(code, q.codes.device());
+  const at::Tensor scale = q.absmax.repeat_interleave(q.block_size).narrow(0, 0, n);
+  return values.index_select(0, q.codes.to(at::kLong)) * scale;
+}
+
+BlockQuantized quantize_blockwise(const at::Tensor& x, const DynamicCode& code, int64_t block_size) {
+  if (block_size < 1) throw std::invalid_argument("quantize_blockwise: block_size must be >= 1");
+  return kQuantize(kernel_path(x), x, code, block_size);
+}
+
+at::Tensor dequantize_blockwise(const BlockQuantized& q, const DynamicCode& code) {
+  const int64_t n = q.codes.numel(), bs = q.block_size;
+  if (bs < 1 || q.absmax.numel() != (n + bs - 1) / bs)
+    throw std::invalid_argument("dequantize_blockwise: absmax does not match codes and block size");
+  const bool layout_ok = q.codes.is_contiguous() && q.absmax.is_contiguous() &&
+                         q.codes.scalar_type() == at::kByte && q.codes.device() == q.absmax.device();
+  return kDequantize(kernel_path(q.absmax, layout_ok), q, code);
 }
 
 }  // namespace ht

@@ -37,7 +37,7 @@ ModelSpec cnn_model_spec() {
   s.name = "cnn";
   s.help = "two conv+pool stages and a linear layer for Fashion-MNIST (~87 %)";
   s.data = DataKind::Images;
-  s.build = [](const ModelSettings&, const DataShape&, bool) {
+  s.build = [](const ModelSettings&, const DataShape&, const BuildOptions&) {
     auto model = std::make_shared<ConvNet>();
     BuiltModel b;
     b.module = model;

@@ -30,7 +30,7 @@ ModelSpec fm16_model_spec() {
   s.name = "fm16";
   s.help = "FM-16: NiNo's Fashion-MNIST CNN (convs 16/32/32, global average pooling), 14k parameters";
   s.data = DataKind::Images;
-  s.build = [](const ModelSettings&, const DataShape&, bool) {
+  s.build = [](const ModelSettings&, const DataShape&, const BuildOptions&) {
     auto model = std::make_shared<FM16>();
     BuiltModel b;
     b.module = model;

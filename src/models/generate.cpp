@@ -57,7 +57,9 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), cfg.block_size);
     const auto ctx = torch::from_blob(tokens.data() + tokens.size() - T, {1, T}, torch::kLong).to(device);
-    const auto h = model.hidden(ctx).select(1, T - 1);           // [1, C]
+    // The last position's hidden state, widened to fp32 under bf16 precision: one row against the
+    // fp32 head is cheaper than rounding the whole [V, C] head to bf16 for every token.
+    const auto h = model.hidden(ctx).select(1, T - 1).to(at::kFloat);  // [1, C]
     auto logits = at::mm(h, model.token_embedding().narrow(0, 0, V).t());  // [1, V]
     int64_t next;
     if (temperature == 0.0) {

@@ -9,6 +9,12 @@
 
 #include "gpt_block.h"
 #include "hybrid/kernels/lm_head_loss.h"
+#include "kernels/layer_norm.h"
+
+#ifdef HT_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+#endif
 
 namespace ht {
 namespace {
@@ -54,7 +60,53 @@ void check_config(const GPTConfig& c) {
     throw std::invalid_argument("GPTConfig: dropout must lie in [0, 1), got " +
                                 std::to_string(c.dropout));
   }
+  if (c.dropout > 0.0 && c.attention == AttentionKind::Flash) {
+    throw std::invalid_argument("GPTConfig: attention flash has no attention dropout; dropout " +
+                                std::to_string(c.dropout) + " needs attention naive or fused");
+  }
 }
+
+#ifdef HT_WITH_CUDA
+// Precision::BF16 on CUDA: LibTorch's autocast to bf16 for the life of the guard (our kernels'
+// CUDA entries are plain ATen ops, which autocast sees). Untested on a GPU: written against the
+// 1.13 and 2.x autocast headers and compiled only when LibTorch has CUDA.
+class CudaBf16Autocast {
+ public:
+  explicit CudaBf16Autocast(bool on) : on_(on) {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+#else
+    was_enabled_ = at::autocast::is_enabled();
+    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~CudaBf16Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
+#else
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(was_dtype_);
+#endif
+  }
+  CudaBf16Autocast(const CudaBf16Autocast&) = delete;
+  CudaBf16Autocast& operator=(const CudaBf16Autocast&) = delete;
+
+ private:
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kHalf;
+};
+#endif
 
 }  // namespace
 
@@ -86,6 +138,7 @@ GPT::GPT(GPTConfig config) : config_(std::move(config)) {
   register_module("h", h);
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C})));
   attention_ = make_attention_core(config_.attention, config_.block_size);
+  set_precision(config_.precision);
   init_weights();
 }
 
@@ -113,33 +166,58 @@ void GPT::init_weights() {
   ln_f_->bias.zero_();
 }
 
+c10::ScalarType GPT::compute_dtype() const {
+  // bf16 activations only where our CPU kernels run; CUDA takes bf16 from autocast instead.
+  const bool cpu = wte_->weight.device().is_cpu();
+  return config_.precision == Precision::BF16 && cpu ? c10::kBFloat16 : c10::kFloat;
+}
+
+bool GPT::cuda_autocast() const {
+  return config_.precision == Precision::BF16 && wte_->weight.device().is_cuda();
+}
+
 at::Tensor GPT::hidden(const at::Tensor& idx) {
   TORCH_CHECK(idx.dim() == 2 && idx.scalar_type() == at::kLong,
               "GPT: expected token ids [B, T] int64, got ", idx.scalar_type(), " ", idx.sizes());
   const int64_t T = idx.size(1);
   TORCH_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T,
               " is outside [1, block_size = ", config_.block_size, "]");
+#ifdef HT_WITH_CUDA
+  CudaBf16Autocast autocast(cuda_autocast());
+#endif
   const double p = is_training() ? config_.dropout : 0.0;
-  auto x = at::embedding(wte_->weight, idx) + wpe_->weight.narrow(0, 0, T);  // [B, T, C]
+  const c10::ScalarType compute = compute_dtype();
+  auto x = at::embedding(wte_->weight, idx) + wpe_->weight.narrow(0, 0, T);  // [B, T, C] fp32
   if (p > 0.0) x = at::dropout(x, p, /*train=*/true);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     GPTBlock& block = *blocks_[i];
     const AttentionCore& core = attention_;
-    BlockFn fn = [&block, &core, p](const at::Tensor& in) { return block.forward(in, core, p); };
+    BlockFn fn = [&block, &core, p, compute](const at::Tensor& in) {
+      return block.forward(in, core, p, compute);
+    };
     x = block_runner_ ? block_runner_(fn, x, static_cast<int64_t>(i)) : fn(x);
   }
-  return ln_f_->forward(x);  // [B, T, C]
+  return layer_norm_to(x, ln_f_->weight, ln_f_->bias, ln_f_->options.eps(), compute);  // [B, T, C]
 }
 
 at::Tensor GPT::forward(const at::Tensor& idx) {
+#ifdef HT_WITH_CUDA
+  CudaBf16Autocast autocast(cuda_autocast());
+#endif
   const auto h = hidden(idx);  // [B, T, C]
-  return at::matmul(h, wte_->weight.t());  // [B, T, V]
+  if (h.scalar_type() == wte_->weight.scalar_type()) return at::matmul(h, wte_->weight.t());
+  // bf16 head: a bf16 GEMM with fp32 accumulation, logits handed out in fp32 for sampling.
+  return at::matmul(h, wte_->weight.to(h.scalar_type()).t()).to(at::kFloat);  // [B, T, V]
 }
 
 at::Tensor GPT::loss(const at::Tensor& idx, const at::Tensor& targets) {
   TORCH_CHECK(targets.sizes() == idx.sizes(), "GPT::loss: targets ", targets.sizes(),
               " must have the shape of the input ", idx.sizes());
+#ifdef HT_WITH_CUDA
+  CudaBf16Autocast autocast(cuda_autocast());
+#endif
   const auto h = hidden(idx);  // [B, T, C]
+  // fp32 loss whatever the compute dtype (lm_head_loss.h).
   return lm_head_cross_entropy(h.view({-1, config_.n_embd}), wte_->weight, targets.reshape({-1}));
 }
 
@@ -152,6 +230,8 @@ void GPT::set_attention_core(AttentionCore core) {
   TORCH_CHECK(static_cast<bool>(core), "GPT::set_attention_core: empty function");
   attention_ = std::move(core);
 }
+
+void GPT::set_precision(Precision precision) { config_.precision = precision; }
 
 void GPT::set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
 

@@ -3,6 +3,7 @@
 #include "gpt_block.h"
 
 #include "kernels/gelu.h"
+#include "kernels/layer_norm.h"
 #include "kernels/linear.h"
 #include "hybrid/kernels/recompute.h"
 
@@ -50,11 +51,15 @@ GPTBlock::GPTBlock(int64_t n_embd, int64_t n_head) {
   mlp = register_module("mlp", GPTMLP(n_embd));
 }
 
-at::Tensor GPTBlock::forward(const at::Tensor& x, const AttentionCore& core, double dropout_p) {
-  auto a = attn(ln_1(x), core, dropout_p);
+at::Tensor GPTBlock::forward(const at::Tensor& x, const AttentionCore& core, double dropout_p,
+                            c10::ScalarType compute) {
+  auto norm = [compute](const torch::nn::LayerNorm& ln, const at::Tensor& in) {
+    return layer_norm_to(in, ln->weight, ln->bias, ln->options.eps(), compute);  // [B, T, C]
+  };
+  auto a = attn(norm(ln_1, x), core, dropout_p);
   if (dropout_p > 0.0) a = at::dropout(a, dropout_p, /*train=*/true);
-  const auto h = x + a;
-  auto m = mlp(ln_2(h));
+  const auto h = x + a;  // fp32 residual
+  auto m = mlp(norm(ln_2, h));
   if (dropout_p > 0.0) m = at::dropout(m, dropout_p, /*train=*/true);
   return h + m;
 }

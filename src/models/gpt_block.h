@@ -21,7 +21,8 @@ TORCH_MODULE(Conv1D);
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head);
-  // x [B, T, C] -> [B, T, C]; `core` computes softmax(q k^T / sqrt(hs) + causal mask) v.
+  // x [B, T, C] -> [B, T, C] in x's dtype; `core` computes softmax(q k^T / sqrt(hs) + causal
+  // mask) v.
   at::Tensor forward(const at::Tensor& x, const AttentionCore& core, double dropout_p);
   Conv1D c_attn{nullptr}, c_proj{nullptr};
 
@@ -45,7 +46,11 @@ TORCH_MODULE(GPTMLP);
 class GPTBlock : public torch::nn::Module {
  public:
   GPTBlock(int64_t n_embd, int64_t n_head);
-  at::Tensor forward(const at::Tensor& x, const AttentionCore& core, double dropout_p);
+  // x [B, T, C] fp32 (the residual stream) -> [B, T, C] fp32. The LayerNorms write `compute`
+  // (fp32 or bf16), which the attention and MLP branches then compute in; their bf16 outputs join
+  // the fp32 residual by type promotion (autograd hands them bf16 gradients).
+  at::Tensor forward(const at::Tensor& x, const AttentionCore& core, double dropout_p,
+                     c10::ScalarType compute = c10::kFloat);
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   GPTMLP mlp{nullptr};

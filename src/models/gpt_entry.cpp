@@ -8,6 +8,7 @@
 #include "hybrid/core/safetensors.h"
 #include "hybrid/kernels/attention.h"
 #include "hybrid/kernels/attention_core.h"
+#include "hybrid/kernels/precision.h"
 #include "hybrid/kernels/recompute.h"
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/gpt_objective.h"
@@ -17,33 +18,23 @@
 namespace ht {
 namespace {
 
-// The GPT attention seam with the tiled FlashAttention kernel: qkv [B, T, 3C] -> y [B, T, C].
-AttentionCore flash_attention_core() {
-  return [](const at::Tensor& qkv, int64_t n_head, double /*dropout_p*/) {
-    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
-    const auto parts = qkv.split(C, 2);                                              // 3 x [B, T, C]
-    at::Tensor y = flash_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);  // [B, nh, T, hs]
-    return y.transpose(1, 2).reshape({B, T, C});
-  };
-}
-
 // Activation recompute for a GPT, replacing whatever was in force: the configured attention
 // core, blocks called plainly, then the level's wrappers.
-void set_gpt_recompute(GPT& gpt, bool flash, RecomputeLevel level, int64_t every_n_layers) {
+void set_gpt_recompute(GPT& gpt, RecomputeLevel level, int64_t every_n_layers) {
   RecomputePolicy policy;
   policy.level = level;
   policy.every_n_layers = static_cast<int>(every_n_layers);
   policy.validate();
   const int64_t T = gpt.config().block_size;
-  gpt.set_attention_core(flash ? flash_attention_core() : make_attention_core(gpt.config().attention, T));
+  const AttentionKind attention = gpt.config().attention;
+  gpt.set_attention_core(make_attention_core(attention, T));
   gpt.set_block_runner({});
   gpt.set_recompute_gelu(policy.level == RecomputeLevel::Selective);
-  if (policy.level == RecomputeLevel::Selective && !flash) {
+  if (policy.level == RecomputeLevel::Selective && attention == AttentionKind::Naive) {
     // The attention core's [T, T] probabilities are the largest activation per block: keep only
     // its input and recompute it in backward. FlashAttention keeps only q, k, v and the row
-    // logsumexp already, so selective changes nothing there.
-    AttentionCore naive = make_attention_core("naive", T);
+    // logsumexp already (and fused is ATen's own), so selective changes nothing there.
+    AttentionCore naive = make_attention_core(AttentionKind::Naive, T);
     gpt.set_attention_core([naive](const at::Tensor& qkv, int64_t n_head, double p) {
       return recompute([=](const at::Tensor& x) { return naive(x, n_head, p); }, qkv);
     });
@@ -77,6 +68,13 @@ GPTConfig gpt_config(const ModelSettings& s) {
   if (g.n_embd % g.n_head != 0)
     throw OptionsError("GPT: n_embd (" + std::to_string(g.n_embd) + ") must be divisible by n_head (" +
                        std::to_string(g.n_head) + ")");
+  try {
+    g.attention = parse_attention_kind(s.get_string("attention"));
+  } catch (const std::invalid_argument& e) {
+    throw OptionsError(std::string("attention: ") + e.what());
+  }
+  if (const std::string why = attention_unavailable_reason(g.attention); !why.empty())
+    throw OptionsError("attention = " + to_string(g.attention) + ": " + why);
   return g;
 }
 
@@ -85,6 +83,7 @@ ModelSpec gpt_model_spec() {
   s.name = "gpt";
   s.help = "GPT-2 (any size, Hugging Face names and safetensors weights) on text";
   s.data = DataKind::Tokens;
+  s.bf16 = true;
   s.keys = {
       {"preset", false, "tiny", gpt_preset_names(), 0, 0, "GPT size"},
       {"n_layer", true, "0", {}, 0, 1024, "override the preset's layers (0 = preset)"},
@@ -93,22 +92,26 @@ ModelSpec gpt_model_spec() {
       {"block_size", true, "0", {}, 0, 1e6, "override the preset's context (0 = preset)"},
       {"vocab_size", true, "0", {}, 0, 1 << 24, "override the vocabulary (0 = preset, 256 for byte data)"},
       {"init_from", false, "", {}, 0, 0, "GPT-2 safetensors file to start from"},
-      {"attention", false, "naive", {"naive", "flash"}, 0, 0, "attention kernel"},
+      {"attention", false, "naive", {"naive", "flash", "fused"}, 0, 0,
+       "attention kernel (fused: ATen's scaled_dot_product_attention, LibTorch >= 2.0)"},
   };
-  s.build = [](const ModelSettings& settings, const DataShape& data, bool pretrained) {
-    const GPTConfig g = gpt_config(settings);
+  s.build = [](const ModelSettings& settings, const DataShape& data, const BuildOptions& options) {
+    GPTConfig g = gpt_config(settings);
+    g.precision = options.precision;
     if (data.vocab_size > g.vocab_size)
       throw OptionsError("GPT: the data has " + std::to_string(data.vocab_size) + " token ids but the vocabulary is " +
                          std::to_string(g.vocab_size) + ": raise vocab_size");
     if (data.context > g.block_size)
       throw OptionsError("GPT: the data's context (" + std::to_string(data.context) + ") exceeds block_size (" +
                          std::to_string(g.block_size) + "): lower the context or raise block_size");
-    auto gpt = std::make_shared<GPT>(g);
-    const bool flash = settings.get_string("attention") == "flash";
-    // Flash has no attention dropout; the GPT presets here train with dropout 0.
-    if (flash) gpt->set_attention_core(flash_attention_core());
+    std::shared_ptr<GPT> gpt;
+    try {
+      gpt = std::make_shared<GPT>(g);
+    } catch (const std::invalid_argument& e) {
+      throw OptionsError(std::string("GPT: ") + e.what());
+    }
     const std::string init = settings.get_string("init_from");
-    if (pretrained && !init.empty()) {
+    if (options.pretrained && !init.empty()) {
       try {
         load_gpt2_weights(*gpt, init);
       } catch (const SafetensorsError& e) {
@@ -118,15 +121,18 @@ ModelSpec gpt_model_spec() {
     BuiltModel b;
     b.module = gpt;
     b.objective = make_gpt_objective(gpt);
-    char summary[160];
-    std::snprintf(summary, sizeof summary, "gpt %s: %lld layers, %lld heads, d %lld, vocab %lld, context %lld, %.2fM parameters",
+    char summary[200];
+    std::snprintf(summary, sizeof summary,
+                  "gpt %s: %lld layers, %lld heads, d %lld, vocab %lld, context %lld, %.2fM parameters, "
+                  "attention %s, precision %s",
                   settings.get_string("preset").c_str(), static_cast<long long>(g.n_layer),
                   static_cast<long long>(g.n_head), static_cast<long long>(g.n_embd),
                   static_cast<long long>(g.vocab_size), static_cast<long long>(g.block_size),
-                  static_cast<double>(gpt->num_parameters()) / 1e6);
+                  static_cast<double>(gpt->num_parameters()) / 1e6, to_string(g.attention).c_str(),
+                  to_string(g.precision).c_str());
     b.summary = summary;
     GPT* raw = gpt.get();  // the module outlives the hook: both belong to the run
-    b.set_recompute = [raw, flash](RecomputeLevel level, int64_t every) { set_gpt_recompute(*raw, flash, level, every); };
+    b.set_recompute = [raw](RecomputeLevel level, int64_t every) { set_gpt_recompute(*raw, level, every); };
     b.architecture = "gpt2";
     b.n_head = g.n_head;
     return b;

@@ -11,6 +11,7 @@ namespace ht {
 namespace {
 
 constexpr int64_t kF32 = 4;
+constexpr int64_t kBF16 = 2;
 constexpr int64_t kI64 = 8;
 // CPU generator state that recompute() saves per recomputed region (mt19937 + normal cache).
 constexpr int64_t kRngStateBytes = 5056;
@@ -73,14 +74,21 @@ std::vector<int64_t> gpt_parameter_numels(const GPTConfig& g) {
 }
 
 // Tensor sizes of one GPT block for a micro-batch of N = B*T rows; each value is what the
-// allocator hands out for that tensor.
+// allocator hands out for that tensor. Activations (tok*, probs) are in the compute dtype; the
+// residual stream, statistics, score tiles and weight gradients are fp32 in both precisions.
 struct BlockTensors {
-  int64_t tok1, tok3, tok4;  // [N, C], [N, 3C], [N, 4C]
+  int64_t tok1, tok3, tok4;  // [N, C], [N, 3C], [N, 4C] activations
+  int64_t res;               // [N, C] fp32: the residual stream and its gradient
   int64_t stat;              // LayerNorm mean or rstd, [B, T, 1]
   int64_t probs;             // naive attention probabilities [B, nh, T, T]
   int64_t lse;               // flash row logsumexp [B, nh, T]
-  int64_t tile;              // one per-thread [T, T] scratch of naive attention
+  int64_t tile;              // one per-thread [T, T] fp32 scratch of naive attention
   int64_t dw_max;            // largest weight gradient in flight ([C, 4C])
+  // bf16 only (0 in fp32): the bf16 weight copies a block keeps for backward (linear.cpp), the
+  // fp32 accumulators a bf16 GEMM output passes through ([N, 4C], [N, 3C]), and the extra
+  // per-thread tiles of the bf16 naive core (fp32 probabilities and a bf16 ds).
+  int64_t weights_bf16 = 0, acc4 = 0, acc3 = 0, bf16_tiles = 0;
+  bool bf16 = false;
 };
 
 // Selective: the MLP's GELU output is rebuilt in backward, and so is naive attention's core.
@@ -88,13 +96,13 @@ enum class LayerKind { Plain, Selective, Recomputed };
 
 // What a block keeps for backward after its forward ran.
 int64_t saved_bytes(const BlockTensors& t, LayerKind kind, AttentionKind attention) {
-  if (kind == LayerKind::Recomputed) return t.tok1 + kRngStateBytes;  // its input only
-  // x (ln_1 input), ln_1 out, c_proj input y, h (ln_2 input), ln_2 out: 5 x [N, C];
-  // qkv; c_fc out (GELU input) and GELU out (c_proj input; Selective: rebuilt in backward);
-  // four LayerNorm statistics.
-  int64_t b = 5 * t.tok1 + t.tok3 + 2 * t.tok4 + 4 * t.stat;
+  if (kind == LayerKind::Recomputed) return t.res + kRngStateBytes;  // its input only
+  // x (ln_1 input), ln_1 out, c_proj input y, h (ln_2 input), ln_2 out: 5 x [N, C] (bf16: the
+  // LayerNorms keep bf16 copies of their fp32 inputs); qkv; c_fc out (GELU input) and GELU out
+  // (c_proj input; Selective: rebuilt in backward); four LayerNorm statistics; bf16: the weights.
+  int64_t b = 5 * t.tok1 + t.tok3 + 2 * t.tok4 + 4 * t.stat + t.weights_bf16;
   if (kind == LayerKind::Selective) b += kRngStateBytes - t.tok4;
-  if (attention == AttentionKind::Flash) return b + t.lse;   // q|k|v views and y: no T x T
+  if (attention != AttentionKind::Naive) return b + t.lse;   // q|k|v views and y: no T x T
   if (kind == LayerKind::Selective) return b + kRngStateBytes;  // qkv only
   return b + t.probs;
 }
@@ -113,18 +121,20 @@ int64_t backward_bytes(const BlockTensors& t, LayerKind kind, AttentionKind atte
   const LayerKind inner = kind == LayerKind::Recomputed ? LayerKind::Plain : kind;
   int64_t held = saved_bytes(t, inner, attention);
   if (kind == LayerKind::Recomputed) held += t.tok1 + kRngStateBytes;
-  // MLP half: c_proj's dx [N, 4C] and dW, then GELU's dx while c_fc out is still saved.
-  // Selective first re-runs GELU and c_proj: their outputs join what was saved.
-  int64_t mlp = held + t.tok4 + t.dw_max;
+  // MLP half: c_proj's dx [N, 4C] (bf16: through an fp32 accumulator) and dW, then GELU's dx
+  // while c_fc out is still saved. Selective first re-runs GELU and c_proj: their outputs join
+  // what was saved. bf16: the residual gradient arrives fp32 and is cast for the branch.
+  int64_t mlp = held + t.tok4 + t.acc4 + t.dw_max + (t.bf16 ? t.tok1 : 0);
   if (kind == LayerKind::Selective) mlp += t.tok4 + t.tok1;
   // Attention half: the gradient into attn.c_proj's input, then the core's backward.
   int64_t core = 0;
-  if (attention == AttentionKind::Flash) {
-    // dq, dk, dv; each reshaped to [B, T, C] (a copy of the transposed layout) and then
-    // concatenated into d qkv [B, T, 3C].
-    core = 3 * t.tok1 + t.tok3;
+  if (attention != AttentionKind::Naive) {
+    // dq, dk, dv (bf16: fp32 accumulators, then bf16 copies); each reshaped to [B, T, C] (a copy
+    // of the transposed layout) and then concatenated into d qkv [B, T, 3C].
+    core = 3 * t.tok1 + t.tok3 + (t.bf16 ? 3 * t.res : 0);
   } else {
-    core = t.tok3 + 2 * threads * t.tile;  // d qkv, per-thread dp and ds tiles
+    // d qkv, per-thread dp and ds tiles (bf16: and the fp32 probabilities and a bf16 ds)
+    core = t.tok3 + threads * (2 * t.tile + t.bf16_tiles);
     if (kind == LayerKind::Selective) core += t.probs + t.tok1;  // re-run: probs and y
   }
   int64_t attn = held - mlp_half_bytes(t, inner) + t.tok1 + core;
@@ -148,8 +158,10 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
     throw std::invalid_argument("estimate_gpt_memory: recompute_every must be >= 1");
   MemoryEstimate e;
   account_parameters(gpt_parameter_numels(g), levers, e);
-  // The naive core keeps an additive causal mask [block_size, block_size] (attention.cpp).
+  // The naive core keeps an additive causal mask [block_size, block_size] (attention_core.cpp).
   if (levers.attention == AttentionKind::Naive) e.params += blk(g.block_size * g.block_size * kF32);
+  const bool bf16 = levers.precision == Precision::BF16;
+  const int64_t kAct = bf16 ? kBF16 : kF32;  // bytes of an activation element
 
   // The trainer splits the batch with tensor_split: the first micro-batch is the largest.
   const int64_t splits = std::min(shape.micro_splits, shape.batch);
@@ -159,14 +171,22 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   auto block_tensors = [&](int64_t rows) {  // rows: sequences in the forward
     const int64_t n = rows * T;
     BlockTensors b{};
-    b.tok1 = blk(n * C * kF32);
-    b.tok3 = blk(n * 3 * C * kF32);
-    b.tok4 = blk(n * 4 * C * kF32);
+    b.tok1 = blk(n * C * kAct);
+    b.tok3 = blk(n * 3 * C * kAct);
+    b.tok4 = blk(n * 4 * C * kAct);
+    b.res = blk(n * C * kF32);
     b.stat = blk(n * kF32);
-    b.probs = blk(rows * nh * T * T * kF32);
+    b.probs = blk(rows * nh * T * T * kAct);
     b.lse = blk(rows * nh * T * kF32);
     b.tile = blk(T * T * kF32);
     b.dw_max = blk(4 * C * C * kF32);
+    if (bf16) {
+      b.bf16 = true;
+      b.weights_bf16 = blk(3 * C * C * kBF16) + blk(C * C * kBF16) + 2 * blk(4 * C * C * kBF16);
+      b.acc4 = blk(n * 4 * C * kF32);
+      b.acc3 = blk(n * 3 * C * kF32);
+      b.bf16_tiles = blk(T * T * kF32) + blk(T * T * kBF16);
+    }
     return b;
   };
   const BlockTensors t = block_tensors(Bm);
@@ -190,15 +210,17 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   const int64_t batch = 2 * blk(shape.batch * T * kI64);  // input and target token ids
   const int64_t dwte = blk(V * C * kF32);  // LM-head weight gradient, made in forward (fused loss)
   const int64_t chunk = blk(std::clamp<int64_t>(kHeadChunkElements / V, 1, N) * V * kF32);
+  const int64_t wte_bf16 = bf16 ? blk(V * C * kBF16) : 0;  // the head's bf16 weight, per call
   const int64_t resident = e.resident();
 
-  // End of forward, inside the fused LM head: the last block's output (ln_f input), ln_f out,
-  // dh and dwte, and a chunk of logits plus its log-softmax.
+  // End of forward, inside the fused LM head: the last block's output (ln_f input; bf16: its
+  // bf16 copy), ln_f out, dh and dwte, and a chunk of logits plus its log-softmax (fp32 in both).
   const int64_t head_saved = below[g.n_layer] + t.tok1 + 2 * t.stat;
-  const int64_t head_peak = resident + batch + head_saved + t.tok1 + t.tok1 + dwte + 2 * chunk;
+  const int64_t head_peak =
+      resident + batch + head_saved + t.tok1 + t.tok1 + dwte + 2 * chunk + wte_bf16;
   e.peak = head_peak;
   e.activations = batch + head_saved;
-  e.transient = 2 * t.tok1 + dwte + 2 * chunk;
+  e.transient = 2 * t.tok1 + dwte + 2 * chunk + wte_bf16;
   e.peak_at = "LM head (end of forward)";
 
   // Backward of the top block, and of the topmost recomputed block (whose re-run rebuilds a
@@ -206,7 +228,7 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   // gradient joins it at the very end; d(output) is in flight.
   auto consider_backward = [&](int64_t l) {
     const int64_t own = backward_bytes(t, kind_of(l), levers.attention, shape.threads);
-    const int64_t p = resident + batch + below[l] + own + t.tok1 + dwte;
+    const int64_t p = resident + batch + below[l] + own + t.res + dwte;
     if (p > e.peak) {
       e.peak = p;
       e.activations = batch + below[l] + saved_bytes(t, kind_of(l), levers.attention);
@@ -226,14 +248,19 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   // A forward without grad: one block's temporaries at a time. MLP: x, the attention branch a,
   // h, ln_2 out, c_fc out, GELU out. Evaluation runs with the gradients resident on a data
   // batch; hybrid's predicted steps free the gradients and verify on the probe (already counted).
+  // bf16: x and h are fp32 (the residual), the branch tensors bf16, and a bf16 GEMM output
+  // passes through an fp32 accumulator; the LM head casts wte.
   auto nograd_temporaries = [&](int64_t rows) {
     const BlockTensors f = block_tensors(rows);
-    const int64_t mlp = 4 * f.tok1 + 2 * f.tok4;
-    const int64_t attn = levers.attention == AttentionKind::Flash
-                             ? 2 * f.tok1 + f.tok3 + f.tok1 + f.lse
-                             : 2 * f.tok1 + f.tok3 + f.probs + f.tok1 + shape.threads * f.tile;
+    const int64_t mlp = bf16 ? 2 * f.res + 2 * f.tok1 + std::max(f.acc4 + f.tok4, 2 * f.tok4 + f.res)
+                             : 4 * f.tok1 + 2 * f.tok4;
+    const int64_t x_ln = bf16 ? f.res + f.tok1 : 2 * f.tok1;
+    const int64_t tiles = shape.threads * (f.tile + (bf16 ? f.tile : 0));
+    const int64_t attn = levers.attention != AttentionKind::Naive
+                             ? x_ln + f.tok3 + f.tok1 + f.lse + (bf16 ? f.res : 0)
+                             : x_ln + f.tok3 + f.probs + f.tok1 + tiles;
     const int64_t rows_in_chunk = std::clamp<int64_t>(kHeadChunkElements / V, 1, rows * T);
-    const int64_t head = 2 * f.tok1 + 2 * blk(rows_in_chunk * V * kF32);
+    const int64_t head = x_ln + 2 * blk(rows_in_chunk * V * kF32) + wte_bf16;
     return std::max({mlp, attn, head});
   };
   if (levers.mode == TrainMode::Hybrid) {
@@ -332,6 +359,7 @@ namespace {
 std::vector<std::string> lever_overrides(const MemoryLevers& from, const MemoryLevers& to) {
   std::vector<std::string> out;
   if (to.attention != from.attention) out.push_back("model.attention=" + to_string(to.attention));
+  if (to.precision != from.precision) out.push_back("train.precision=" + to_string(to.precision));
   if (to.recompute != from.recompute) out.push_back("memory.recompute=" + to_string(to.recompute));
   if (to.recompute == RecomputeLevel::Full && to.recompute_every != from.recompute_every)
     out.push_back("memory.recompute_every=" + std::to_string(to.recompute_every));
@@ -342,16 +370,22 @@ std::vector<std::string> lever_overrides(const MemoryLevers& from, const MemoryL
 }  // namespace
 
 Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
-                             const MemoryLevers& current, int64_t budget_bytes) {
+                             const MemoryLevers& current, int64_t budget_bytes, bool bf16_is_fast) {
   // Each rung adds one lever to the previous ones, cheapest in step time first.
   std::vector<MemoryLevers> ladder = {current};
   MemoryLevers l = current;
-  if (l.attention != AttentionKind::Flash) {
+  if (l.attention == AttentionKind::Naive) {
     // No [T, T] probabilities: it drops what selective recompute drops for naive attention
     // (and recomputes its tiles in backward anyway).
     l.attention = AttentionKind::Flash;
     ladder.push_back(l);
   }
+  auto try_bf16 = [&] {  // halves the activations
+    if (l.precision == Precision::BF16) return;
+    l.precision = Precision::BF16;
+    ladder.push_back(l);
+  };
+  if (bf16_is_fast) try_bf16();
   if (l.optimizer == OptimizerKind::AdamW) {
     l.optimizer = OptimizerKind::AdamW8bit;  // ~1.6x optimizer time, 6 B/param less
     ladder.push_back(l);
@@ -366,6 +400,7 @@ Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
     l.recompute_every = every;
     ladder.push_back(l);
   }
+  try_bf16();  // without bf16 instructions: emulated, slower than fp32, so late
 
   Recommendation r;
   for (size_t i = 0; i < ladder.size(); ++i) {
@@ -405,10 +440,6 @@ std::string to_string(OptimizerKind kind) {
       return "sgd";
   }
   return "unknown";
-}
-
-std::string to_string(AttentionKind kind) {
-  return kind == AttentionKind::Flash ? "flash" : "naive";
 }
 
 std::string to_string(TrainMode mode) {

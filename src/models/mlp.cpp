@@ -36,7 +36,7 @@ ModelSpec mlp_model_spec() {
   s.name = "mlp";
   s.help = "784-512-256-10 perceptron for Fashion-MNIST (~85 % after one epoch)";
   s.data = DataKind::Images;
-  s.build = [](const ModelSettings&, const DataShape&, bool) {
+  s.build = [](const ModelSettings&, const DataShape&, const BuildOptions&) {
     auto model = std::make_shared<MLP>();
     BuiltModel b;
     b.module = model;

@@ -40,7 +40,7 @@ MemoryEstimate measure_step(const ModelSpec& spec, const ModelSettings& settings
                             const TrainShape& shape, const MemoryLevers& levers) {
   if (!tracking_allocator_installed())
     throw OptionsError("model '" + spec.name + "' has no memory model: measuring one step needs the tracking allocator");
-  BuiltModel model = spec.build(settings, data, /*pretrained=*/false);
+  BuiltModel model = spec.build(settings, data, BuildOptions{false, spec.bf16 ? levers.precision : Precision::FP32});
   auto params = model.module->parameters();
   int64_t param_bytes = 0;
   std::vector<int64_t> numels;

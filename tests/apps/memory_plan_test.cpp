@@ -151,6 +151,14 @@ INSTANTIATE_TEST_SUITE_P(
                        "hybrid.full_steps=2"}), 5},
         PlanCase{"TinyGptLookaheadSgd",
                  tiny({"run.mode=lookahead", "optim.name=sgd", "lookahead.k=2"}), 3},
+        // bf16 mixed precision: bf16 activations and weight copies, fp32 residual and state.
+        PlanCase{"TinyGptBf16", tiny({"train.precision=bf16"})},
+        PlanCase{"MidGptBf16", mid_gpt({"train.precision=bf16"})},
+        PlanCase{"MidGptBf16Flash", mid_gpt({"train.precision=bf16", "model.attention=flash"})},
+        PlanCase{"MidGptBf16SelectiveRecompute", mid_gpt({"train.precision=bf16", "memory.recompute=selective"})},
+        PlanCase{"MidGptBf16FullRecomputeEverySecondBlock",
+                 mid_gpt({"train.precision=bf16", "memory.recompute=full", "memory.recompute_every=2"})},
+        PlanCase{"MidGptBf16LargeVocab", mid_gpt({"train.precision=bf16", "model.vocab_size=16384"})},
         // SNOO's momentum buffer is 7 % of this peak, like the average above.
         PlanCase{"MlpSnoo",
                  {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=lookahead",
@@ -173,7 +181,11 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"Plain", {"model.preset=gpt2", "data.batch_size=4", "data.context=1024"}},
         PlanCase{"AllLevers",
                  {"model.preset=gpt2", "data.batch_size=8", "data.context=1024",
-                  "model.attention=flash", "memory.recompute=full", "optim.name=adamw8bit"}}),
+                  "model.attention=flash", "memory.recompute=full", "optim.name=adamw8bit"}},
+        PlanCase{"PlainBf16", {"model.preset=gpt2", "data.batch_size=4", "data.context=1024", "train.precision=bf16"}},
+        PlanCase{"FlashBf16",
+                 {"model.preset=gpt2", "data.batch_size=4", "data.context=1024", "train.precision=bf16",
+                  "model.attention=flash"}}),
     [](const ::testing::TestParamInfo<PlanCase>& info) { return std::string(info.param.name); });
 
 // Hybrid's predicted steps: gradients freed, a no-grad forward on the probe (probe_batches
@@ -243,10 +255,41 @@ TEST(MemoryPlan, LeversLowerThePeakInOrder) {
   const int64_t adam8 = estimate_gpt_memory(g, s, l).peak;
   l.recompute = RecomputeLevel::Full;
   const int64_t full = estimate_gpt_memory(g, s, l).peak;
+  l.precision = Precision::BF16;
+  const int64_t bf16 = estimate_gpt_memory(g, s, l).peak;
   EXPECT_LT(flash, plain);
   EXPECT_LT(adam8, flash);
   EXPECT_LT(full, adam8);
+  EXPECT_LT(bf16, full);
   EXPECT_EQ(max_gpt_batch(g, s, MemoryLevers{}, plain), 8);  // exactly the batch that gave it
+  // bf16 alone: activations halve, resident state (16 B/param) does not.
+  MemoryLevers b;
+  b.precision = Precision::BF16;
+  const MemoryEstimate e32 = estimate_gpt_memory(g, s, MemoryLevers{}), e16 = estimate_gpt_memory(g, s, b);
+  EXPECT_EQ(e16.resident(), e32.resident());
+  EXPECT_LT(e16.activations, 0.6 * e32.activations);
+}
+
+// The recommendation weighs bf16: second (after flash) where the CPU has bf16 instructions, after
+// the recompute levels where it would be emulated.
+TEST(MemoryPlan, RecommendationConsidersBf16) {
+  const GPTConfig g = gpt_preset("gpt2");
+  TrainShape s;
+  s.batch = 8;
+  s.context = 1024;
+  s.threads = 2;
+  MemoryLevers flash;
+  flash.attention = AttentionKind::Flash;
+  const int64_t flash_peak = estimate_gpt_memory(g, s, flash).peak;
+  const Recommendation fast = recommend_gpt(g, s, MemoryLevers{}, flash_peak - 1, /*bf16_is_fast=*/true);
+  ASSERT_TRUE(fast.fits);
+  EXPECT_EQ(fast.levers.precision, Precision::BF16);
+  EXPECT_EQ(fast.levers.optimizer, OptimizerKind::AdamW);  // bf16 was enough
+  EXPECT_NE(std::find(fast.changes.begin(), fast.changes.end(), "train.precision=bf16"), fast.changes.end());
+  const Recommendation slow = recommend_gpt(g, s, MemoryLevers{}, flash_peak - 1, /*bf16_is_fast=*/false);
+  ASSERT_TRUE(slow.fits);
+  EXPECT_EQ(slow.levers.precision, Precision::FP32);  // the exact levers first
+  EXPECT_EQ(slow.levers.optimizer, OptimizerKind::AdamW8bit);
 }
 
 struct CliResult {
@@ -280,6 +323,16 @@ TEST(PlanCommand, OverBudgetExitsSixWithTheOverridesThatFit) {
   EXPECT_EQ(r.code, 6) << r.output;
   EXPECT_NE(r.output.find("does NOT fit"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("recommended: model.attention=flash"), std::string::npos) << r.output;
+}
+
+TEST(PlanCommand, ShowsFp32AndBf16SideBySide) {
+  const CliResult r = run_cli("plan model.preset=gpt2 data.context=1024 data.batch_size=4 run.threads=2 train.precision=bf16");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fp32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16 *"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16 * peak at"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fp32 peak at"), std::string::npos) << r.output;
 }
 
 TEST(PlanCommand, BadBudgetIsAUsageError) {

@@ -22,7 +22,7 @@ at::Tensor composite_attention(const at::Tensor& qkv, int64_t n_head, const at::
 
 TEST(Attention, NaiveMatchesCompositeForwardAndBackward) {
   torch::manual_seed(0);
-  const auto core = make_attention_core("naive", 40);
+  const auto core = make_attention_core(AttentionKind::Naive, 40);
   const int64_t n_head = 3;
   const auto qkv = torch::randn({2, 33, 3 * 24}, torch::requires_grad());
   const auto dy = torch::randn({2, 33, 24});
@@ -43,7 +43,7 @@ TEST(Attention, NaiveMatchesCompositeForwardAndBackward) {
 }
 
 TEST(Attention, DropoutMatchesCompositeWithTheSameMask) {
-  const auto core = make_attention_core("naive", 16);
+  const auto core = make_attention_core(AttentionKind::Naive, 16);
   const int64_t n_head = 2, B = 2, T = 16, C = 8;
   torch::manual_seed(0);
   const auto qkv = torch::randn({B, T, 3 * C}, torch::requires_grad());
@@ -64,9 +64,9 @@ TEST(Attention, DropoutMatchesCompositeWithTheSameMask) {
 }
 
 TEST(Attention, RejectsTooLongSequencesAndUnknownNames) {
-  const auto core = make_attention_core("naive", 8);
+  const auto core = make_attention_core(AttentionKind::Naive, 8);
   EXPECT_THROW(core(torch::randn({1, 9, 12}), 2, 0.0), c10::Error);
-  EXPECT_THROW(make_attention_core("flash2", 8), std::invalid_argument);
+  EXPECT_THROW(parse_attention_kind("flash2"), std::invalid_argument);
 }
 
 }  // namespace

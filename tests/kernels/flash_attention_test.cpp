@@ -101,23 +101,23 @@ TEST(FlashAttention, OutputTransposesToTokensWithoutACopy) {
 
 TEST(FlashAttention, RejectsBadInputs) {
   auto x = torch::randn({1, 2, 8, 16});
-  EXPECT_THROW(ht::flash_attention(x.to(torch::kDouble), x, x, true), std::invalid_argument);
+  // Other dtypes take the fallback (dispatch_test.cpp); the raw kernels refuse them.
+  EXPECT_THROW(ht::flash_attention_forward(x.to(torch::kDouble), x, x, true, 64, 64), std::invalid_argument);
   EXPECT_THROW(ht::flash_attention(x, x.narrow(3, 0, 8), x, true), std::invalid_argument);
   EXPECT_THROW(ht::flash_attention(x[0], x[0], x[0], true), std::invalid_argument);
   EXPECT_THROW(ht::flash_attention(x, x, x, true, 0, 64), std::invalid_argument);
 }
 
-TEST(FlashAttention, KernelNamesRoundTrip) {
-  for (auto kernel :
-       {ht::AttentionKernel::Naive, ht::AttentionKernel::Flash, ht::AttentionKernel::Sdpa})
-    EXPECT_EQ(ht::parse_attention_kernel(ht::to_string(kernel)), kernel);
-  EXPECT_THROW(ht::parse_attention_kernel("fast"), std::invalid_argument);
+TEST(FlashAttention, KindsRoundTripAndAgree) {
+  for (auto kind : {ht::AttentionKind::Naive, ht::AttentionKind::Flash, ht::AttentionKind::Fused})
+    EXPECT_EQ(ht::parse_attention_kind(ht::to_string(kind)), kind);
+  EXPECT_THROW(ht::parse_attention_kind("fast"), std::invalid_argument);
   auto x = torch::randn({1, 1, 5, 8});
-  EXPECT_TRUE(torch::allclose(ht::attention(x, x, x, true, ht::AttentionKernel::Flash),
-                              ht::attention(x, x, x, true, ht::AttentionKernel::Naive), 1e-5,
+  EXPECT_TRUE(torch::allclose(ht::attention(x, x, x, true, ht::AttentionKind::Flash),
+                              ht::attention(x, x, x, true, ht::AttentionKind::Naive), 1e-5,
                               1e-6));
-  if (!ht::sdpa_available())
-    EXPECT_THROW(ht::attention(x, x, x, true, ht::AttentionKernel::Sdpa), std::invalid_argument);
+  if (!ht::fused_attention_available())
+    EXPECT_THROW(ht::attention(x, x, x, true, ht::AttentionKind::Fused), std::invalid_argument);
 }
 
 // Peak tensor bytes of forward + backward, measured by the tracking allocator.

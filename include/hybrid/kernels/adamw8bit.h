@@ -37,8 +37,9 @@ struct AdamW8bitOptions {
 
 class AdamW8bit final : public SingleRateOptimizer {
  public:
-  // params: float32, contiguous CPU tensors (module parameters are). State is allocated here, so
-  // state_bytes() is known before the first step.
+  // params: float32, contiguous tensors (module parameters are; fp32 master weights), on any one
+  // device. State is allocated here, on the parameters' device, so state_bytes() is known before
+  // the first step.
   AdamW8bit(std::vector<at::Tensor> params, const AdamWOptions& opts,
             const AdamW8bitOptions& quant = {});
 
@@ -69,6 +70,11 @@ class AdamW8bit final : public SingleRateOptimizer {
     at::Tensor m_absmax, v_absmax;  // float [num_blocks]
     at::Tensor m, v;                // float [numel], when not quantized
   };
+  // The step of one parameter, chosen per parameter from a table (adamw8bit.cpp): cpu_step for
+  // float32 CPU tensors, aten_step (ATen ops, the same code and counter-based rounding) for any
+  // other device or a non-contiguous gradient.
+  void cpu_step(size_t index, float decay, float step_size, float inv_sqrt_bc2);
+  void aten_step(size_t index, float decay, float step_size, float inv_sqrt_bc2);
   void quantized_step(size_t index, float decay, float step_size, float inv_sqrt_bc2);
   void fp32_step(at::Tensor& p, const at::Tensor& g, State& s, float decay, float step_size,
                  float inv_sqrt_bc2);

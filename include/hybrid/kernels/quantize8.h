@@ -85,7 +85,8 @@ struct BlockQuantized {
   at::Tensor absmax;  // float32 [ceil(n / block_size)]
   int64_t block_size = 0;
 };
-// x: float32 CPU tensor of any shape, read in its flattened (contiguous) order.
+// x: a tensor of any shape, read in its flattened (contiguous) order. float32 CPU tensors take the
+// CPU kernel; any other device or dtype ATen's ops on its fp32 values (the same codes, bit for bit).
 BlockQuantized quantize_blockwise(const at::Tensor& x, const DynamicCode& code, int64_t block_size);
 at::Tensor dequantize_blockwise(const BlockQuantized& q, const DynamicCode& code);  // float [n]
 

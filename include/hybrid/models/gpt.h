@@ -12,6 +12,7 @@
 #include <torch/nn/module.h>
 
 #include "hybrid/kernels/attention_core.h"
+#include "hybrid/kernels/precision.h"
 
 namespace torch::nn {
 class EmbeddingImpl;
@@ -27,7 +28,19 @@ struct GPTConfig {
   int64_t vocab_size = 256;
   int64_t block_size = 128;  // longest context; wpe has this many rows
   double dropout = 0.0;      // embeddings, attention probabilities, residual branches
-  std::string attention = "naive";  // attention core, see attention.h
+  AttentionKind attention = AttentionKind::Naive;  // the attention core (attention.h)
+  // Compute precision; not part of the architecture (the same weights train in either).
+  // BF16 on the CPU: each block's LayerNorm writes bf16 (fp32 statistics), the linear layers,
+  // attention and GELU compute in bf16 with fp32 accumulation and keep bf16 activations for
+  // backward, the LM head's GEMMs run in bf16 and its logits, softmax and loss in fp32. The
+  // residual stream, the parameters (master weights) and their gradients stay fp32, and so does
+  // everything the optimizer sees. BF16 on CUDA: LibTorch's autocast to bf16 around the forward
+  // (compiled only with a CUDA LibTorch; untested on a GPU).
+  // No loss scaling: bf16 keeps fp32's 8-bit exponent (range ~1e-38..3e38), so small gradients
+  // do not underflow as they do in fp16 (5-bit exponent, smallest normal 6e-5), which is what
+  // loss scaling corrects. bf16 loses mantissa bits (8 against 24), and scaling cannot restore
+  // those; the fp32 accumulation in every GEMM and reduction is what keeps them.
+  Precision precision = Precision::FP32;
 };
 
 // "tiny" (4 layers, d 128, 4 heads, byte vocab 256, context 128), "gpt2" (124M), "gpt2-medium",
@@ -58,8 +71,10 @@ class GPT : public torch::nn::Module {
   // scaled by 1/sqrt(2 n_layer), zero biases, LayerNorm gain 1. Seed with torch::manual_seed.
   explicit GPT(GPTConfig config);
 
-  at::Tensor forward(const at::Tensor& idx);  // [B, T] int64 -> logits [B, T, V]
-  at::Tensor hidden(const at::Tensor& idx);   // [B, T] int64 -> ln_f output [B, T, C]
+  at::Tensor forward(const at::Tensor& idx);  // [B, T] int64 -> logits [B, T, V] float32
+  // [B, T] int64 -> ln_f output [B, T, C], in the compute dtype (bf16 under Precision::BF16 on
+  // the CPU).
+  at::Tensor hidden(const at::Tensor& idx);
   // Mean cross entropy over B*T of the logits against targets [B, T] int64. The LM head and the
   // loss are fused (lm_head_loss.h): the [B*T, V] logits are never kept for backward.
   at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
@@ -69,6 +84,9 @@ class GPT : public torch::nn::Module {
   int64_t num_parameters(bool include_position_embeddings = true) const;
 
   void set_attention_core(AttentionCore core);  // replaces the one config.attention chose
+  // Switches compute precision (e.g. when resuming a checkpoint trained in the other): the
+  // parameters are fp32 in both, so nothing is converted.
+  void set_precision(Precision precision);
   void set_block_runner(BlockRunner runner);    // empty restores the default (plain call)
   // Selective recompute of each block's MLP: its GELU output is rebuilt in backward, not kept.
   void set_recompute_gelu(bool on);
@@ -76,6 +94,8 @@ class GPT : public torch::nn::Module {
 
  private:
   void init_weights();
+  c10::ScalarType compute_dtype() const;  // of activations: bf16 only for BF16 on the CPU
+  bool cuda_autocast() const;             // BF16 on CUDA: autocast around the forward
 
   GPTConfig config_;
   std::shared_ptr<torch::nn::EmbeddingImpl> wte_;

@@ -18,14 +18,17 @@ enum class OptimizerKind {
   Sgd,          // no state
   SgdMomentum,  // one fp32 momentum buffer: 4 B/param
 };
-enum class AttentionKind { Naive, Flash };  // GPT's attention core (model.attention)
 enum class TrainMode { Plain, Hybrid, Lookahead };
 
 struct MemoryLevers {
   OptimizerKind optimizer = OptimizerKind::AdamW;
   RecomputeLevel recompute = RecomputeLevel::None;
   int64_t recompute_every = 1;  // Full: blocks 0, n, 2n, ... keep only their input
-  AttentionKind attention = AttentionKind::Naive;
+  AttentionKind attention = AttentionKind::Naive;  // Fused is planned as Flash (no T x T kept)
+  // BF16: activations kept for backward (and most workspace) are bf16, each block keeps bf16
+  // copies of its weights for backward, the LM head a transient bf16 copy of wte; parameters,
+  // gradients, optimizer state and the residual stream stay fp32.
+  Precision precision = Precision::FP32;
   TrainMode mode = TrainMode::Plain;
   // Hybrid mode: what the engine keeps for parameters of these element counts (snapshot, buffers,
   // predictor). The models layer knows no predictors: the caller passes the hybrid layer's
@@ -77,23 +80,26 @@ struct Recommendation {
   std::vector<std::string> changes;  // config overrides, e.g. "memory.recompute=full"
 };
 
-// Tries the levers in order of their cost in step time - flash attention, 8-bit AdamW (a slower
-// optimizer step, a small share of a step), selective recompute (each MLP's GELU output), full
-// recompute every 4/2/1 blocks (up to one more forward), then smaller batches with more accumulation
-// (batch / k, grad_accum * k for divisors k of the batch: same effective batch) - and returns the
-// first combination whose estimated peak is <= budget.
+// Tries the levers in order of their cost in step time - flash attention, bf16 compute (faster
+// where the CPU has bf16 instructions: then second; it rounds, so it comes after the exact flash),
+// 8-bit AdamW (a slower optimizer step, a small share of a step), selective recompute (each MLP's
+// GELU output), full recompute every 4/2/1 blocks (up to one more forward), bf16 here instead when
+// the CPU lacks bf16 instructions (emulated: slower than fp32), then smaller batches with more
+// accumulation (batch / k, grad_accum * k for divisors k of the batch: same effective batch) - and
+// returns the first combination whose estimated peak is <= budget. bf16_is_fast: the CPU has bf16
+// instructions (ht::cpu_bf16_features().any()).
 // Levers already on in `current` stay on. When nothing fits, fits = false and the estimate is that
 // of the most frugal combination (the minimum this model and batch need).
 Recommendation recommend_gpt(const GPTConfig& model, const TrainShape& shape,
-                             const MemoryLevers& current, int64_t budget_bytes);
+                             const MemoryLevers& current, int64_t budget_bytes,
+                             bool bf16_is_fast = true);
 
 // Largest batch (<= max_batch) at this context whose estimated peak fits the budget; 0 if none.
 int64_t max_gpt_batch(const GPTConfig& model, TrainShape shape, const MemoryLevers& levers,
                       int64_t budget_bytes, int64_t max_batch = 4096);
 
-// Config value spellings (optim.name, memory.recompute, model.attention, run.mode).
+// Config value spellings (optim.name, run.mode); AttentionKind's is attention.h's to_string.
 std::string to_string(OptimizerKind kind);
-std::string to_string(AttentionKind kind);
 std::string to_string(TrainMode mode);
 
 }  // namespace ht

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hybrid/core/objective.h"
+#include "hybrid/kernels/precision.h"
 #include "hybrid/kernels/recompute.h"
 #include "hybrid/models/memory_plan.h"
 
@@ -44,6 +45,13 @@ struct DataShape {
   int64_t context = 0;
 };
 
+// How to build: from pretrained weights where the settings name some (a fresh run; resumed runs
+// get theirs from the checkpoint), and in which compute precision.
+struct BuildOptions {
+  bool pretrained = false;
+  Precision precision = Precision::FP32;
+};
+
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;
   std::unique_ptr<Objective> objective;
@@ -62,10 +70,10 @@ struct ModelSpec {
   std::string help;
   DataKind data = DataKind::Images;
   std::vector<ModelKey> keys;  // its own settings (keys another model declared are shared)
-  // Builds the model, initialised from the global generator (seed it first). `pretrained`: load
-  // pretrained weights where the settings name some (a fresh run; resumed runs get theirs from
-  // the checkpoint). Throws OptionsError for settings that do not fit the data.
-  std::function<BuiltModel(const ModelSettings&, const DataShape&, bool pretrained)> build;
+  bool bf16 = false;           // Precision::BF16 is implemented (others compute in fp32 only)
+  // Builds the model, initialised from the global generator (seed it first). Throws OptionsError
+  // for settings that do not fit the data.
+  std::function<BuiltModel(const ModelSettings&, const DataShape&, const BuildOptions&)> build;
   // Peak tensor memory of a training step, as the tracking allocator counts it (memory_plan.h).
   std::function<MemoryEstimate(const ModelSettings&, const TrainShape&, const MemoryLevers&)> estimate;
 };
