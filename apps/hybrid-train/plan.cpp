@@ -27,6 +27,7 @@ OptimizerKind optimizer_kind(const Config& c) {
 TrainMode train_mode(const std::string& mode) {
   if (mode == "hybrid") return TrainMode::Hybrid;
   if (mode == "lookahead") return TrainMode::Lookahead;
+  if (mode == "nowcast") return TrainMode::Nowcast;
   return TrainMode::Plain;
 }
 
@@ -46,11 +47,12 @@ void print_breakdown(const MemoryEstimate& e) {
   std::printf("  parameters         %12s\n", mib(e.params).c_str());
   std::printf("  gradients          %12s\n", mib(e.grads).c_str());
   std::printf("  optimizer state    %12s\n", mib(e.optimizer_state).c_str());
-  if (e.mode_state > 0) std::printf("  mode state         %12s  (hybrid or Lookahead state, weight average)\n", mib(e.mode_state).c_str());
+  if (e.mode_state > 0)
+    std::printf("  mode state         %12s  (hybrid, Lookahead or nowcast state, weight average)\n", mib(e.mode_state).c_str());
   std::printf("  activations        %12s  (saved for backward, and the batch)\n", mib(e.activations).c_str());
   std::printf("  transient          %12s  (gradients and workspace in flight)\n", mib(e.transient).c_str());
   std::printf("  peak               %12s  at %s\n", mib(e.peak).c_str(), e.peak_at.c_str());
-  std::printf("  forward, no grad   %12s  (evaluation, predicted steps)\n", mib(e.predict_peak).c_str());
+  std::printf("  forward, no grad   %12s  (evaluation, predicted steps; nowcast: a jump)\n", mib(e.predict_peak).c_str());
 }
 
 // Max batch at T = 1024 for the GPT-2 sizes on 8/16/24/80 GiB: plain settings and all levers.
@@ -108,7 +110,14 @@ PlanInputs plan_inputs(const Config& c) {
     const HybridOptions h = hybrid_options(c);
     in.levers.hybrid_state_bytes = [h](const std::vector<int64_t>& numels) { return hybrid_state_bytes(numels, h); };
   }
-  in.levers.probe_batches = c.get_int("hybrid.probe_batches");
+  if (in.levers.mode == TrainMode::Nowcast) {
+    // The architecture only shapes NiNo's graph, not these byte counts.
+    const NowcastStrategyOptions n = nowcast_options(c, "feedforward", 0);
+    in.levers.nowcast_state_bytes = [n](const std::vector<int64_t>& numels) { return nowcast_state_bytes(numels, n); };
+    in.levers.nowcast_jump_bytes = [n](const std::vector<int64_t>& numels) { return nowcast_jump_bytes(numels, n); };
+  }
+  in.levers.probe_batches =
+      c.get_int(in.levers.mode == TrainMode::Nowcast ? "nowcast.probe_batches" : "hybrid.probe_batches");
   in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
   in.levers.outer_momentum = c.get_float("lookahead.momentum") > 0.0;
   if (in.kind == "gpt") {
