@@ -111,8 +111,8 @@ PlanInputs plan_inputs(const Config& c) {
     in.levers.hybrid_state_bytes = [h](const std::vector<int64_t>& numels) { return hybrid_state_bytes(numels, h); };
   }
   if (in.levers.mode == TrainMode::Nowcast) {
-    // The architecture only shapes NiNo's graph, not these byte counts.
-    const NowcastStrategyOptions n = nowcast_options(c, "feedforward", 0);
+    const bool gpt = c.get_string("model.kind") == "gpt";
+    const NowcastStrategyOptions n = nowcast_options(c, gpt ? "gpt2" : "feedforward", gpt ? gpt_config(c).n_head : 0);
     in.levers.nowcast_state_bytes = [n](const std::vector<int64_t>& numels) { return nowcast_state_bytes(numels, n); };
     in.levers.nowcast_jump_bytes = [n](const std::vector<int64_t>& numels) { return nowcast_jump_bytes(numels, n); };
   }

@@ -472,7 +472,7 @@ int64_t nowcast_state_bytes(const std::vector<int64_t>& numels, const NowcastStr
 }
 
 int64_t nowcast_jump_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options) {
-  return find_nowcaster(options.model).jump_bytes(numels, options.model_options);
+  return find_nowcaster(options.model).jump_bytes(numels, options.model_options, options.architecture);
 }
 
 }  // namespace ht

@@ -259,7 +259,7 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   }
   if (e.predict_peak > e.peak) {
     e.peak = e.predict_peak;
-    e.peak_at = "forward without grad";
+    e.peak_at = levers.mode == TrainMode::Nowcast ? "a nowcast jump" : "forward without grad";
   }
   return e;
 }
@@ -324,11 +324,14 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   } else if (levers.mode == TrainMode::Nowcast) {
     e.predict_peak = e.resident() + levers.probe_batches * images +
                      std::max(levers.probe_batches * saved, nowcast_jump(numels, levers));
-    e.peak = std::max(e.peak, e.predict_peak);
   } else {
     e.predict_peak = e.resident() + images + saved;
   }
   e.peak_at = "backward";
+  if (levers.mode == TrainMode::Nowcast && e.predict_peak > e.peak) {
+    e.peak = e.predict_peak;
+    e.peak_at = "a nowcast jump";
+  }
   return e;
 }
 

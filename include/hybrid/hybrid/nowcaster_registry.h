@@ -24,8 +24,11 @@ struct NowcasterSpec {
   // Tensor bytes the model keeps between jumps for parameters of these element counts (NiNo:
   // graph and features; WNN+: nothing that grows with the model), as the allocator counts them.
   std::function<int64_t(const std::vector<int64_t>& numels)> kept_bytes;
-  // Workspace one prediction adds on top of everything live (estimates from measured jumps).
-  std::function<int64_t(const std::vector<int64_t>& numels, const NowcastOptions& options)> jump_bytes;
+  // Workspace one prediction adds on top of everything live, for parameters of these element
+  // counts in a model of this architecture ("feedforward" or "gpt2"): estimates from measured jumps.
+  std::function<int64_t(const std::vector<int64_t>& numels, const NowcastOptions& options,
+                        const std::string& architecture)>
+      jump_bytes;
 };
 
 // In the order `config --keys` lists them. Our own meta-trained nowcaster (issue 21, item 2c)

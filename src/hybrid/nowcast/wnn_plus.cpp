@@ -105,8 +105,10 @@ std::unique_ptr<NowcastModel> load_wnn_plus(const std::string& path, NowcastSpec
 }
 
 // The registry's entry (nowcaster_registry.cpp lists it). Kept between jumps: its 0.2 MiB of
-// weights. A jump's workspace is per chunk of rows, ~1.5 KB a row (48.6 MiB measured at 32768
-// rows, bench/results/nowcast_bench.log), whatever the model size.
+// weights. A jump's workspace is per chunk of rows, whatever the model size: two [rows, 128]
+// hidden states and the normalised rows, ~1064 B a row, and for GPT-2's fused q|k|v one more
+// [rows, 128] of per-row kind embeddings (48.6 MiB measured at 32768 rows on the tiny GPT,
+// bench/results/nowcast_bench.log; 33 MiB on the MLP, tests/apps/memory_plan_test.cpp).
 NowcasterSpec wnn_nowcaster_spec() {
   NowcasterSpec s;
   s.name = "wnn";
@@ -116,10 +118,11 @@ NowcasterSpec wnn_nowcaster_spec() {
     return load_wnn_plus(path, std::move(spec), options);
   };
   s.kept_bytes = [](const std::vector<int64_t>&) -> int64_t { return 256 << 10; };
-  s.jump_bytes = [](const std::vector<int64_t>& numels, const NowcastOptions& options) -> int64_t {
+  s.jump_bytes = [](const std::vector<int64_t>& numels, const NowcastOptions& options,
+                     const std::string& architecture) -> int64_t {
     int64_t rows = 0;
     for (int64_t n : numels) rows = std::max(rows, std::min(n, options.chunk_rows));
-    return rows * 1556;
+    return rows * (architecture == "gpt2" ? 1576 : 1064);
   };
   return s;
 }
