@@ -21,6 +21,7 @@
 #include "hybrid/core/allocator.h"
 #include "core/eval_schedule.h"
 #include "hybrid/core/runtime.h"
+#include "hybrid/hybrid/nowcast_strategy.h"
 #include "hybrid/hybrid/strategy.h"
 
 namespace fs = std::filesystem;
@@ -40,7 +41,17 @@ struct RunResult {
   double total_seconds = 0;
   int64_t predicted_applied = 0;  // hybrid modes: predicted updates added to the weights
   int64_t predicted_kept = 0;     // of those, not rolled back
+  // Nowcast modes: its own time (setup, predictions, probes, recording) and what it did.
+  double nowcast_ms = 0;
+  std::string nowcast_summary;
 };
+
+// Nowcast modes: "wnn" / "nino" (run.mode=nowcast with that nowcaster, NiNo's defaults), with a
+// suffix "-reset" / "-rescale" (the optimizer's state after a kept jump), "-noverify" or "-search"
+// (nowcast.horizon_search=5: each jump tries k, 2k, k/2, 4k, k/4 on the probe).
+bool is_nowcast_mode(const std::string& mode) {
+  return mode == "wnn" || mode == "nino" || mode.rfind("wnn-", 0) == 0 || mode.rfind("nino-", 0) == 0;
+}
 
 int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 
@@ -49,9 +60,9 @@ int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 class Run {
  public:
   Run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps, int64_t eval_every,
-      const std::vector<std::string>& extra, double average_decay)
+      const std::vector<std::string>& extra, double average_decay, const std::string& protocol)
       : steps_(steps), evals_(eval_every, steps) {
-    Config c = task_config(task, steps);
+    Config c = task_config(task, steps, protocol);
     c.set_override("run.seed=" + std::to_string(seed));
     // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
     // on the held-out probe, so both verification schemes are measured side by side.
@@ -64,18 +75,29 @@ class Run {
     // (bench/results/snoo_screen.log): k 10, outer lr 0.3, momentum 0.7. Its steady outer step alpha / (1 - momentum) = 1 keeps the
     // trajectory's drift and damps the noise around it; above 1 it diverged or missed the target.
     const bool snoo = mode == "snoo";
-    c.set_override(std::string("run.mode=") + (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : mode));
+    const bool nowcast = is_nowcast_mode(mode);
+    c.set_override(std::string("run.mode=") +
+                   (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : nowcast ? "nowcast" : mode));
+    if (nowcast) {
+      const std::string model = mode.substr(0, mode.find('-'));
+      const std::string variant = mode.find('-') == std::string::npos ? "" : mode.substr(mode.find('-') + 1);
+      c.set_override("nowcast.model=" + model);
+      if (variant == "reset" || variant == "rescale") c.set_override("nowcast.optimizer_state=" + variant);
+      else if (variant == "noverify") c.set_override("nowcast.verify=false");
+      else if (variant == "search") c.set_override("nowcast.horizon_search=5");
+      else if (!variant.empty()) throw std::invalid_argument("unknown nowcast mode '" + mode + "'");
+    }
     if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
     if (average) c.set_override(fmt::format("train.average_decay={}", average_decay));
     if (snoo)
       for (auto kv : {"lookahead.k=10", "lookahead.alpha=0.3", "lookahead.momentum=0.7"}) c.set_override(kv);
-    for (const auto& kv : extra)
-      if (kv.rfind("hybrid.", 0) != 0 || hybrid) c.set_override(kv);  // hybrid.* only where it applies
+    for (const auto& kv : extra)  // hybrid.* and nowcast.* only where they apply
+      if ((kv.rfind("hybrid.", 0) != 0 || hybrid) && (kv.rfind("nowcast.", 0) != 0 || nowcast)) c.set_override(kv);
     session_ = ht::cli::build_session(c, true);
     ht::TrainerOptions o = ht::cli::trainer_options(c);
     o.checkpoint.dir.clear();  // no disk I/O inside the timed region
     trainer_ = std::make_unique<ht::Trainer>(*session_.objective, *session_.optimizer, *session_.data, o);
-    trainer_->set_strategy(ht::cli::build_strategy(c));
+    trainer_->set_strategy(ht::cli::build_strategy(c, &session_));
     result_ = RunResult{task, mode, seed, {}, 0, 0};
     result_.curve.push_back({0, 0.0, trainer_->evaluate().val_loss});
   }
@@ -108,6 +130,13 @@ class Run {
       result_.predicted_applied = hybrid->summary().predicted_applied;
       result_.predicted_kept = hybrid->summary().predicted_kept;
     }
+    if (const auto* nowcast = dynamic_cast<const ht::NowcastStrategy*>(trainer_->strategy())) {
+      const ht::NowcastSummary& n = nowcast->summary();
+      result_.predicted_applied = n.jumps;
+      result_.predicted_kept = n.kept;
+      result_.nowcast_ms = n.setup_ms + n.predict_ms + n.probe_ms + n.record_ms;
+      result_.nowcast_summary = n.to_string();
+    }
     result_.total_seconds = seconds_;
     return result_;
   }
@@ -123,9 +152,10 @@ class Run {
 };
 
 std::unique_ptr<Run> start_run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
-                               int64_t eval_every, const std::vector<std::string>& extra, double average_decay) {
+                               int64_t eval_every, const std::vector<std::string>& extra, double average_decay,
+                               const std::string& protocol) {
   const int64_t before = tensor_bytes_now();
-  auto run = std::make_unique<Run>(task, mode, seed, steps, eval_every, extra, average_decay);
+  auto run = std::make_unique<Run>(task, mode, seed, steps, eval_every, extra, average_decay, protocol);
   run->add_own_bytes(tensor_bytes_now() - before);
   return run;
 }
@@ -163,16 +193,34 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
-  const std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
-  std::vector<std::string> modes = all_modes;
+  const std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average",
+                                              "wnn", "nino", "wnn-reset", "wnn-rescale", "wnn-noverify", "nino-noverify",
+                                              "wnn-search", "nino-search"};
+  std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
+  int64_t fm16_steps = 10000, gpt_wide_steps = 3000, threads = 2;
+  std::string protocol = "cosine";
+  std::string target_rule = "at80";
   std::string out_dir = "bench/results";
   double average_decay = 0.97;
   std::vector<std::string> extra;
   CLI::App app{"plain vs hybrid vs Lookahead: wall-clock to a target validation loss"};
-  app.add_option("--tasks", tasks, "mlp gpt cnn");
+  app.add_option("--tasks", tasks, "mlp gpt cnn fm16 gpt-wide");
+  app.add_option("--protocol", protocol, "cosine (warmup + cosine at the tuned rates) or nino (constant rate, no warmup)")
+      ->check(CLI::IsMember({"cosine", "nino"}));
+  app.add_option("--target", target_rule,
+                 "at80: plain's validation loss at the evaluation nearest 80 % of its budget (the earlier records); "
+                 "best80: plain's best validation loss within 80 % of its budget (record v2)")
+      ->check(CLI::IsMember({"at80", "best80"}));
+  app.add_option("--fm16-steps", fm16_steps);
+  app.add_option("--threads", threads,
+                 "intra-op threads for every run (2 in the earlier records; 1 on a machine shared with other "
+                 "jobs, where 2 OpenMP threads spin and collapse)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
-                 "plain hybrid hybrid-batch lookahead snoo plain-average (plain is required: it sets the target)")
+                 "plain hybrid hybrid-batch lookahead snoo plain-average wnn nino wnn-reset wnn-rescale wnn-noverify "
+                 "nino-noverify wnn-search nino-search (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));
@@ -186,7 +234,8 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", chunk, "steps each mode takes in turn (the modes of a seed run side by side)")
       ->check(CLI::Range(1, 100000));
   app.add_option("--out", out_dir);
-  app.add_option("--set", extra, "extra config overrides for every mode (hybrid.* only for hybrid modes), e.g. --set hybrid.predictor=dmd");
+  app.add_option("--set", extra, "extra config overrides for every mode (hybrid.* only for hybrid modes, nowcast.* only for "
+                                 "nowcast modes), e.g. --set hybrid.predictor=dmd");
   CLI11_PARSE(app, argc, argv);
   if (std::find(modes.begin(), modes.end(), "plain") == modes.end()) {
     std::fprintf(stderr, "hybrid_bench: --modes must include plain (its curve sets the target)\n");
@@ -197,11 +246,13 @@ int main(int argc, char** argv) {
   try {
     for (const auto& task : tasks) {
       if (!known_task(task))
-        throw std::invalid_argument("unknown task '" + task + "' in --tasks (use mlp, gpt, cnn)");
-      Config c = task_config(task, 100);
-      c.set_override("run.mode=hybrid");
-      for (const auto& kv : extra) c.set_override(kv);
-      ht::cli::build_strategy(c);
+        throw std::invalid_argument("unknown task '" + task + "' in --tasks (use mlp, gpt, cnn, fm16, gpt-wide)");
+      for (const std::string mode : {"hybrid", "nowcast"}) {
+        Config c = task_config(task, 100, protocol);
+        c.set_override("run.mode=" + mode);
+        for (const auto& kv : extra) c.set_override(kv);
+        ht::cli::build_strategy(c);
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hybrid_bench: %s\n", e.what());
@@ -209,27 +260,33 @@ int main(int argc, char** argv) {
   }
 
   ht::install_tracking_allocator();
-  ht::set_threads(2);
+  ht::set_threads(static_cast<int>(threads));
   fs::create_directories(out_dir);
   std::ofstream curves(out_dir + "/hybrid_curves.csv"), summary(out_dir + "/hybrid_summary.csv");
   curves << "task,mode,seed,step,seconds,val_loss\n";
-  summary << "task,mode,seed,target,seconds_to_target,steps_to_target,speedup_vs_plain,"
-             "val_loss_at_plain_seconds,final_val_loss,total_seconds,peak_mib,predicted_applied,predicted_kept\n";
+  summary << "task,protocol,mode,seed,target,seconds_to_target,steps_to_target,speedup_vs_plain,step_ratio_vs_plain,"
+             "val_loss_at_plain_seconds,final_val_loss,best_val_loss,total_seconds,nowcast_seconds,peak_mib,"
+             "predicted_applied,predicted_kept\n";
 
   for (const auto& task : tasks) {
-    const int64_t steps = task == "gpt" ? gpt_steps : task == "mlp" ? mlp_steps : cnn_steps;
+    const int64_t steps = task == "gpt"        ? gpt_steps
+                          : task == "mlp"      ? mlp_steps
+                          : task == "fm16"     ? fm16_steps
+                          : task == "gpt-wide" ? gpt_wide_steps
+                                               : cnn_steps;
     const int64_t eval_every = std::max<int64_t>(1, steps / eval_points);
-    std::map<std::string, std::vector<double>> speedups, final_losses;
+    std::map<std::string, std::vector<double>> speedups, step_ratios, final_losses;
     // An untimed warm-up run first: the first run of a process pays for page faults, the
     // allocator's cold cache and lazy initialisation, which would otherwise count against plain.
     // It stays alive, so a data set the runs share (Fashion-MNIST is loaded once per process)
     // is held by none of them and counts in no run's peak.
-    auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra, average_decay);
+    auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra, average_decay, protocol);
     while (!warm_up->done()) warm_up->advance(chunk);
     for (int64_t seed = first_seed; seed < first_seed + seeds; ++seed) {
       ht::release_cached_blocks();
       std::vector<std::unique_ptr<Run>> live;
-      for (const auto& mode : modes) live.push_back(start_run(task, mode, seed, steps, eval_every, extra, average_decay));
+      for (const auto& mode : modes)
+        live.push_back(start_run(task, mode, seed, steps, eval_every, extra, average_decay, protocol));
       // Lockstep: each round, every mode takes `chunk` steps, the first mode rotating each round.
       for (size_t round = 0;; ++round) {
         bool any = false;
@@ -251,20 +308,27 @@ int main(int argc, char** argv) {
       live.clear();
       curves.flush();
       const RunResult& plain = runs.at("plain");
-      // Target: plain's validation loss at the evaluation nearest 80 % of its budget.
+      // Target: plain's validation loss at the evaluation nearest 80 % of its budget (at80), or
+      // its best validation loss up to there (best80).
       double target = plain.curve.back().val_loss;
+      if (target_rule == "best80") target = INFINITY;
       for (const auto& p : plain.curve)
-        if (p.step <= static_cast<int64_t>(0.8 * steps)) target = p.val_loss;
-      const double plain_seconds = to_target(plain.curve, target).first;
+        if (p.step > 0 && p.step <= static_cast<int64_t>(0.8 * steps))
+          target = target_rule == "best80" ? std::min(target, p.val_loss) : p.val_loss;
+      const auto [plain_seconds, plain_steps] = to_target(plain.curve, target);
       for (const auto& mode : modes) {
         const RunResult& r = runs.at(mode);
         const auto [sec, st] = to_target(r.curve, target);
         const double speedup = plain_seconds / sec;
         speedups[mode].push_back(speedup);
+        step_ratios[mode].push_back(plain_steps / st);
         final_losses[mode].push_back(r.curve.back().val_loss);
-        summary << fmt::format("{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.6f},{:.6f},{:.3f},{:.1f},{},{}\n", task, mode, seed,
-                               target, sec, st, speedup, loss_at_seconds(r.curve, plain.total_seconds),
-                               r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0,
+        double best = r.curve.back().val_loss;
+        for (const auto& p : r.curve) best = std::min(best, p.val_loss);
+        summary << fmt::format("{},{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.3f},{:.3f},{:.1f},{},{}\n",
+                               task, protocol, mode, seed, target, sec, st, speedup, plain_steps / st,
+                               loss_at_seconds(r.curve, plain.total_seconds), r.curve.back().val_loss, best,
+                               r.total_seconds, r.nowcast_ms / 1000.0, r.peak_bytes / 1048576.0,
                                r.predicted_applied, r.predicted_kept);
         const std::string kept = r.predicted_applied > 0 ? fmt::format("; kept {} of {} predicted updates",
                                                                          r.predicted_kept, r.predicted_applied)
@@ -272,6 +336,7 @@ int main(int argc, char** argv) {
         std::printf("%s seed %lld %-12s target %.4f: %7.2f s, %6.0f steps to target (%.2fx plain); final %.4f in %.1f s; peak %.1f MiB%s\n",
                     task.c_str(), static_cast<long long>(seed), mode.c_str(), target, sec, st, speedup,
                     r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0, kept.c_str());
+        if (!r.nowcast_summary.empty()) std::printf("  %s\n", r.nowcast_summary.c_str());
         std::fflush(stdout);
       }
       summary.flush();
@@ -286,9 +351,11 @@ int main(int argc, char** argv) {
         lo = std::min(lo, std::isnan(x) ? 0.0 : x);
         hi = std::max(hi, std::isnan(x) ? 0.0 : x);
       }
-      std::printf("== %s %-12s median speedup to target %s (min %s, max %s), reached in %lld of %zu seeds, median final val loss %.4f\n",
-                  task.c_str(), mode.c_str(), text(med).c_str(), text(lo).c_str(), text(hi).c_str(),
-                  static_cast<long long>(reached), s.size(), median(final_losses[mode]));
+      std::printf("== %s %s %-12s median speedup to target %s (min %s, max %s; in steps %s), reached in %lld of %zu seeds, "
+                  "median final val loss %.4f\n",
+                  task.c_str(), protocol.c_str(), mode.c_str(), text(med).c_str(), text(lo).c_str(), text(hi).c_str(),
+                  text(median(step_ratios[mode])).c_str(), static_cast<long long>(reached), s.size(),
+                  median(final_losses[mode]));
     }
   }
   std::printf("curves: %s/hybrid_curves.csv, summary: %s/hybrid_summary.csv; plots: bench/plot_hybrid.sh\n",

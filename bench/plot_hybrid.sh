@@ -3,6 +3,7 @@
 # bench/hybrid_bench writes (the first seed's curves; the summary CSV has all seeds). Needs gnuplot.
 set -euo pipefail
 dir=${1:-bench/results}
+label=${2:-}  # e.g. the protocol, put in each title
 for task in $(tail -n +2 "$dir/hybrid_curves.csv" | cut -d, -f1 | sort -u); do
   modes=$(tail -n +2 "$dir/hybrid_curves.csv" | awk -F, -v t="$task" '$1==t {print $2}' | awk '!seen[$0]++')
   # The first seed run (1 unless hybrid_bench ran with --first-seed).
@@ -15,7 +16,7 @@ for task in $(tail -n +2 "$dir/hybrid_curves.csv" | cut -d, -f1 | sort -u); do
   gnuplot <<GP
 set terminal pngcairo size 900,560
 set output "$dir/hybrid_$task.png"
-set title "$task: validation loss vs training wall-clock (seed $seed; the untrained point at 0 s is left out)"
+set title "$task${label:+ ($label)}: validation loss vs training wall-clock (seed $seed; the untrained point at 0 s is left out)"
 set xlabel "seconds of training"
 set ylabel "validation loss"
 set key top right

@@ -167,6 +167,7 @@ int run_train(const std::vector<std::string>& args) {
   const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
   set_memory_budget(c.get_bytes("memory.budget"));
   TrainerOptions options = trainer_options(c);  // config errors before any data is loaded
+  if (c.get_string("run.mode") == "nowcast") build_strategy(c);  // its keys and weights file, too
   std::vector<SkippedCheckpoint> skipped;
   const auto saved = list_checkpoints(options.checkpoint.dir, &skipped);
   for (const auto& f : skipped)
@@ -195,7 +196,7 @@ int run_train(const std::vector<std::string>& args) {
   logger.add(notes);
 
   Trainer trainer(*s.objective, *s.optimizer, *s.data, options, &logger);
-  trainer.set_strategy(build_strategy(c));
+  trainer.set_strategy(build_strategy(c, &s));
   std::printf("model   %s\ndata    %s\nrun     %s mode, %s, %d threads, output in %s\n", s.model_summary.c_str(),
               s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(), threads,
               out_dir.c_str());

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "hybrid/hybrid/nowcast_strategy.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/options.h"
 #include "hybrid/hybrid/predictor_registry.h"
 #include "hybrid/models/model_registry.h"
@@ -43,6 +45,12 @@ std::vector<KeySpec> model_keys() {
   return keys;
 }
 
+std::vector<std::string> nowcaster_names() {
+  std::vector<std::string> names;
+  for (const auto& spec : nowcaster_registry()) names.push_back(spec.name);
+  return names;
+}
+
 std::vector<KeySpec> predictor_keys() {
   std::vector<std::string> names;
   for (const auto& spec : predictor_registry()) names.push_back(spec.name);
@@ -61,13 +69,14 @@ const std::vector<KeySpec>& config_schema() {
   using T = KeyType;
   using R = Range;
   static const HybridOptions H;
+  static const NowcastStrategyOptions N;
   static const std::vector<KeySpec> schema = [] {
   std::vector<KeySpec> keys = {
       {"run.out_dir", T::String, "runs/default", {}, "directory for metrics.jsonl and checkpoints/", {}, /*non_empty=*/true},
       {"run.seed", T::Int, "1337", {}, "seed for initialisation and data order", R::in(0, kInt64Max)},
       {"run.threads", T::Int, "0", {}, "intra-op threads; 0 = all cores", R::in(0, 1024).means("0 = all cores")},
       {"run.device", T::String, "cpu", {}, "where the model trains: cpu, cuda or cuda:N (needs a LibTorch with CUDA)", {}, /*non_empty=*/true},
-      {"run.mode", T::String, "plain", {"plain", "hybrid", "lookahead"}, "training mode"},
+      {"run.mode", T::String, "plain", {"plain", "hybrid", "lookahead", "nowcast"}, "training mode"},
       {"run.log_every", T::Int, "10", {}, "print every n-th step when output is not a terminal", R::in(1, kHuge)},
 
       {"data.dataset", T::String, "kjv", {"kjv", "fashion-mnist", "text", "tokens"}, "training data"},
@@ -129,6 +138,21 @@ const std::vector<KeySpec>& config_schema() {
       {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update", R::in(1, kSteps)},
       {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)", R::in(0, 1).open_lo()},
       {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO", R::in(0, 1).open_hi().means("0 = Lookahead, > 0 = SNOO")},
+
+      // Nowcast defaults come from NowcastStrategyOptions (NiNo's schedule); nowcast.model's values
+      // from the nowcaster registry.
+      {"nowcast.model", T::String, N.model, nowcaster_names(), "pretrained nowcaster (run.mode = nowcast)"},
+      {"nowcast.weights", T::String, "", {}, "its weights file; empty = models/nino/<its released file> in the source tree"},
+      {"nowcast.period", T::Int, num(N.period), {}, "steps per jump; a state of the weights is recorded every period / 5 (a multiple of 5)", R::in(5, kSteps)},
+      {"nowcast.horizon_max", T::Int, num(N.horizon_max), {}, "first jump's horizon, in recording intervals (period / 5 steps)", R::in(1, 1000)},
+      {"nowcast.horizon_min", T::Int, num(N.horizon_min), {}, "last jump's horizon (= horizon_max: constant)", R::in(1, 1000)},
+      {"nowcast.horizon_power", T::Float, num(N.horizon_power), {}, "decay of the horizon over the run (NiNo: 2)", R::in(0, 16).open_lo()},
+      {"nowcast.verify", T::Bool, N.verify ? "true" : "false", {}, "check each jump on a probe and undo it when the probe loss rises"},
+      {"nowcast.probe_batches", T::Int, num(N.probe_batches), {}, "training batches peeked as the verification probe", R::in(1, kMillion)},
+      {"nowcast.horizon_search", T::Int, num(N.horizon_search), {}, "horizons each jump tries on the probe (k, 2k, k/2, 4k, ...); 1 = the schedule's only", R::in(1, 16)},
+      {"nowcast.tolerance", T::Float, num(N.tolerance), {}, "accepted probe-loss rise over a jump, relative to the loss before it", R::in(0, 1)},
+      {"nowcast.optimizer_state", T::String, to_string(N.optimizer_state), {"keep", "reset", "rescale"}, "optimizer state after a kept jump: keep, reset (as new), rescale (first moment x momentum_scale)"},
+      {"nowcast.momentum_scale", T::Float, num(N.momentum_scale), {}, "optimizer_state = rescale: factor on the first moment", R::in(0, 1)},
 
       {"sample.prompt", T::String, "And God said", {}, "prompt for `sample` and the end of `train`", {}, /*non_empty=*/true},
       {"sample.tokens", T::Int, "200", {}, "tokens to generate", R::in(0, kMillion)},

@@ -28,6 +28,7 @@ OptimizerKind optimizer_kind(const Config& c) {
 TrainMode train_mode(const std::string& mode) {
   if (mode == "hybrid") return TrainMode::Hybrid;
   if (mode == "lookahead") return TrainMode::Lookahead;
+  if (mode == "nowcast") return TrainMode::Nowcast;
   return TrainMode::Plain;
 }
 
@@ -58,11 +59,11 @@ void print_breakdown(const std::vector<std::pair<std::string, MemoryEstimate>>& 
   row("gradients", &MemoryEstimate::grads, "");
   row("optimizer state", &MemoryEstimate::optimizer_state, "");
   if (columns.front().second.mode_state > 0)
-    row("mode state", &MemoryEstimate::mode_state, "  (hybrid or Lookahead state, weight average)");
+    row("mode state", &MemoryEstimate::mode_state, "  (hybrid, Lookahead or nowcast state, weight average)");
   row("activations", &MemoryEstimate::activations, "  (saved for backward, and the batch)");
   row("transient", &MemoryEstimate::transient, "  (gradients and workspace in flight)");
   row("peak", &MemoryEstimate::peak, "");
-  row("forward, no grad", &MemoryEstimate::predict_peak, "  (evaluation, predicted steps)");
+  row("forward, no grad", &MemoryEstimate::predict_peak, "  (evaluation, predicted steps; nowcast: a jump)");
   for (const auto& [name, e] : columns) std::printf("  %s peak at %s\n", name.c_str(), e.peak_at.c_str());
 }
 
@@ -126,7 +127,14 @@ PlanInputs plan_inputs(const Config& c) {
     const HybridOptions h = hybrid_options(c);
     in.levers.hybrid_state_bytes = [h](const std::vector<int64_t>& numels) { return hybrid_state_bytes(numels, h); };
   }
-  in.levers.probe_batches = c.get_int("hybrid.probe_batches");
+  if (in.levers.mode == TrainMode::Nowcast) {
+    const bool gpt = c.get_string("model.kind") == "gpt";
+    const NowcastStrategyOptions n = nowcast_options(c, gpt ? "gpt2" : "feedforward", gpt ? gpt_config(c).n_head : 0);
+    in.levers.nowcast_state_bytes = [n](const std::vector<int64_t>& numels) { return nowcast_state_bytes(numels, n); };
+    in.levers.nowcast_jump_bytes = [n](const std::vector<int64_t>& numels) { return nowcast_jump_bytes(numels, n); };
+  }
+  in.levers.probe_batches =
+      c.get_int(in.levers.mode == TrainMode::Nowcast ? "nowcast.probe_batches" : "hybrid.probe_batches");
   in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
   in.levers.outer_momentum = c.get_float("lookahead.momentum") > 0.0;
   if (in.kind == "gpt") {

@@ -12,6 +12,8 @@
 #include "hybrid/kernels/optimizers.h"
 #include "hybrid/data/fashion_mnist.h"
 #include "hybrid/hybrid/lookahead.h"
+#include "hybrid/hybrid/nowcast_strategy.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/predictor_registry.h"
 #include "hybrid/hybrid/strategy.h"
 #include "hybrid/kernels/adamw8bit.h"
@@ -243,11 +245,55 @@ HybridOptions hybrid_options(const Config& c) {
   return h;
 }
 
-std::unique_ptr<StepStrategy> build_strategy(const Config& c) {
+NowcastStrategyOptions nowcast_options(const Config& c, const std::string& architecture, int64_t n_head) {
+  NowcastStrategyOptions o;
+  o.model = c.get_string("nowcast.model");
+  o.weights = c.get_string("nowcast.weights");
+  if (o.weights.empty()) {
+    try {
+      o.weights = (std::filesystem::path(HT_SOURCE_DIR) / "models" / "nino" / find_nowcaster(o.model).weights_file).string();
+    } catch (const OptionsError& e) {
+      throw config_error(e);
+    }
+  }
+  o.architecture = architecture;
+  o.n_head = n_head;
+  o.period = c.get_int("nowcast.period");
+  o.horizon_max = c.get_int("nowcast.horizon_max");
+  o.horizon_min = c.get_int("nowcast.horizon_min");
+  o.horizon_power = c.get_float("nowcast.horizon_power");
+  o.verify = c.get_bool("nowcast.verify");
+  o.probe_batches = c.get_int("nowcast.probe_batches");
+  o.tolerance = c.get_float("nowcast.tolerance");
+  o.horizon_search = c.get_int("nowcast.horizon_search");
+  o.optimizer_state = parse_optimizer_state(c.get_string("nowcast.optimizer_state"));
+  o.momentum_scale = c.get_float("nowcast.momentum_scale");
+  try {
+    o.validate();
+  } catch (const std::invalid_argument& e) {
+    throw config_error(e);
+  }
+  return o;
+}
+
+std::unique_ptr<StepStrategy> build_strategy(const Config& c, const Session* session) {
   const std::string mode = c.get_string("run.mode");
   if (mode == "lookahead") {
     return make_lookahead_strategy(c.get_int("lookahead.k"), c.get_float("lookahead.alpha"),
                                    c.get_float("lookahead.momentum"));
+  }
+  if (mode == "nowcast") {
+    std::string architecture = c.get_string("model.kind") == "gpt" ? "gpt2" : "feedforward";
+    int64_t n_head = architecture == "gpt2" ? gpt_config(c).n_head : 0;
+    if (session) {
+      architecture = session->architecture;
+      n_head = session->n_head;
+    }
+    try {
+      return make_nowcast_strategy(nowcast_options(c, architecture, n_head));
+    } catch (const OptionsError& e) {
+      throw config_error(e);
+    }
   }
   if (mode != "hybrid") return nullptr;
   return make_hybrid_strategy(hybrid_options(c));
@@ -257,7 +303,8 @@ ConfigError config_error(const std::exception& library_error) {
   // Fields named like their keys: AdamWOptions.beta1 is optim.beta1, HybridOptions.full_steps is
   // hybrid.full_steps.
   static const std::pair<const char*, const char*> prefixes[] = {
-      {"AdamWOptions.", "optim."}, {"SgdOptions.", "optim."}, {"HybridOptions.", "hybrid."}};
+      {"AdamWOptions.", "optim."}, {"SgdOptions.", "optim."}, {"HybridOptions.", "hybrid."},
+      {"NowcastStrategyOptions.", "nowcast."}};
   std::string text = library_error.what();
   for (const auto& [from, to] : prefixes)
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at))

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config.h"
+#include "hybrid/hybrid/nowcast_strategy.h"
 #include "hybrid/hybrid/options.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/kernels/recompute.h"
@@ -70,8 +71,12 @@ ConfigError config_error(const std::exception& library_error);
 HybridOptions hybrid_options(const Config& config);
 // run.device, checked against what this LibTorch and machine have (ConfigError otherwise).
 c10::Device run_device(const Config& config);
-// The step strategy run.mode asks for: null for plain, the hybrid engine, or Lookahead.
-std::unique_ptr<StepStrategy> build_strategy(const Config& config);
+// The nowcast.* keys as the strategy's options, validated, for a model of this architecture
+// (BuiltModel::architecture, n_head); nowcast.weights defaults to models/nino/ in the source tree.
+NowcastStrategyOptions nowcast_options(const Config& config, const std::string& architecture, int64_t n_head);
+// The step strategy run.mode asks for: null for plain, the hybrid engine, Lookahead or nowcast.
+// Nowcast reads the model's architecture from the session; without one, from model.kind.
+std::unique_ptr<StepStrategy> build_strategy(const Config& config, const Session* session = nullptr);
 std::string checkpoint_dir(const Config& config);
 
 }  // namespace ht::cli

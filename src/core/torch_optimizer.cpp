@@ -16,6 +16,13 @@ void zero_grads_in_place(const std::vector<at::Tensor>& params) {
     if (p.grad().defined()) p.mutable_grad().detach_().zero_();
 }
 
+void Optimizer::change_state(StateChange change, double /*factor*/) {
+  throw std::invalid_argument("optimizer '" + name() + "' cannot " +
+                              (change == StateChange::Reset ? "reset" : "rescale") +
+                              " its state after a weight jump: use nowcast.optimizer_state=keep, or "
+                              "optim.name=adamw / sgd, which can");
+}
+
 namespace {
 
 class TorchOptimizer final : public Optimizer {

@@ -109,6 +109,20 @@ class AdamW final : public SingleRateOptimizer {
     write_tensor_list(a, "m", m_);
     write_tensor_list(a, "v", v_);
   }
+  bool can_change_state(StateChange) const override { return true; }
+  void change_state(StateChange change, double factor) override {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < m_.size(); ++i) {
+      if (change == StateChange::Reset) {
+        m_[i].zero_();
+        v_[i].zero_();
+      } else {
+        m_[i].mul_(factor);
+      }
+    }
+    if (change == StateChange::Reset) t_ = 0;
+  }
+
   void load(torch::serialize::InputArchive& a) override {
     expect_kind(a, 1, "adamw");
     at::Tensor t;

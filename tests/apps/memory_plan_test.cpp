@@ -159,6 +159,17 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"MidGptBf16FullRecomputeEverySecondBlock",
                  mid_gpt({"train.precision=bf16", "memory.recompute=full", "memory.recompute_every=2"})},
         PlanCase{"MidGptBf16LargeVocab", mid_gpt({"train.precision=bf16", "model.vocab_size=16384"})},
+        // Nowcast: 5 recorded states and, at the jump (step 5), the nowcaster's workspace: WNN+'s
+        // chunks of rows, NiNo's per-edge states over the MLP's neural graph.
+        PlanCase{"MlpNowcastWnn",
+                 {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=nowcast",
+                  "nowcast.period=5"},
+                 5},
+        // NiNo's workspace per parameter differs between graphs (560-820 B measured): 20 %.
+        PlanCase{"MlpNowcastNino",
+                 {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=nowcast",
+                  "nowcast.model=nino", "nowcast.period=5"},
+                 5, 0.20},
         // SNOO's momentum buffer is 7 % of this peak, like the average above.
         PlanCase{"MlpSnoo",
                  {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=lookahead",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <torch/torch.h>
 
 #include "hybrid/kernels/optimizers.h"
@@ -141,6 +142,64 @@ TEST(AdamW, LoadingStateOfAnotherOptimizerFailsClearly) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("adamw"), std::string::npos) << e.what();
   }
+}
+
+TEST(AdamW, ResetAndRescaledStateAfterAWeightJump) {
+  // Reset: the next step is a fresh optimizer's first step from the same weights. Rescale: the
+  // first moment times the factor, the second and the bias correction kept (so the next step
+  // equals one from a state whose m was scaled by hand).
+  AdamWOptions o;
+  o.lr = 1e-2;
+  auto a = make_params(3), fresh = make_params(3);
+  auto opt = make_adamw(a, o);
+  for (int s = 0; s < 5; ++s) {
+    set_grads(a, s);
+    opt->step();
+  }
+  ASSERT_TRUE(opt->can_change_state(Optimizer::StateChange::Reset));
+  opt->change_state(Optimizer::StateChange::Reset, 0.0);
+  {
+    torch::NoGradGuard g;
+    for (size_t i = 0; i < a.size(); ++i) fresh[i].copy_(a[i]);
+  }
+  auto fresh_opt = make_adamw(fresh, o);
+  set_grads(a, 7);
+  set_grads(fresh, 7);
+  opt->step();
+  fresh_opt->step();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], fresh[i]));
+
+  auto b = make_params(4), c = make_params(4);
+  auto ob = make_adamw(b, o), oc = make_adamw(c, o);
+  for (int s = 0; s < 5; ++s) {
+    set_grads(b, s);
+    set_grads(c, s);
+    ob->step();
+    oc->step();
+  }
+  ob->change_state(Optimizer::StateChange::ScaleMomentum, 0.5);
+  // The same by hand through a state round trip: m halved.
+  torch::serialize::OutputArchive out;
+  oc->save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  {
+    torch::NoGradGuard g;
+    for (int i = 0; i < 2; ++i) {
+      at::Tensor m;
+      in.read("m." + std::to_string(i), m);
+      m.mul_(0.5);
+    }
+  }
+  oc->load(in);
+  set_grads(b, 9);
+  set_grads(c, 9);
+  ob->step();
+  oc->step();
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(b[i], c[i]));
 }
 
 TEST(Sgd, MatchesTorchSgdWithMomentum) {

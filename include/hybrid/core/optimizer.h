@@ -31,6 +31,15 @@ class Optimizer {
   virtual void load(torch::serialize::InputArchive& archive) = 0;
   virtual int64_t state_bytes() const = 0;  // optimizer state only (moments, momentum buffers)
   virtual std::string name() const = 0;
+
+  // After the weights were moved by something other than this optimizer (a nowcast jump), its
+  // state describes gradients at the old point. Reset: the state of a new optimizer (moments
+  // zero, step count 0, so bias correction starts over). ScaleMomentum: the first moment (SGD:
+  // the momentum buffer) times `factor`, the second moment and step count kept. Optimizers that
+  // cannot (torch::optim wrappers, 8-bit AdamW) say so in can_change_state() and throw here.
+  enum class StateChange { Reset, ScaleMomentum };
+  virtual bool can_change_state(StateChange /*change*/) const { return false; }
+  virtual void change_state(StateChange change, double factor);
 };
 
 // The part of an optimizer that owns its base rate: our optimizers derive from it.

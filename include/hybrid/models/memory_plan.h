@@ -18,7 +18,7 @@ enum class OptimizerKind {
   Sgd,          // no state
   SgdMomentum,  // one fp32 momentum buffer: 4 B/param
 };
-enum class TrainMode { Plain, Hybrid, Lookahead };
+enum class TrainMode { Plain, Hybrid, Lookahead, Nowcast };
 
 struct MemoryLevers {
   OptimizerKind optimizer = OptimizerKind::AdamW;
@@ -34,7 +34,11 @@ struct MemoryLevers {
   // predictor). The models layer knows no predictors: the caller passes the hybrid layer's
   // ht::hybrid_state_bytes bound to its options.
   std::function<int64_t(const std::vector<int64_t>& numels)> hybrid_state_bytes;
-  int64_t probe_batches = 2;       // hybrid.probe_batches: batches in the verification forward
+  // Nowcast mode: the recorded states and the nowcaster's own tensors kept between jumps, and
+  // the workspace one jump adds (ht::nowcast_state_bytes / nowcast_jump_bytes bound to options).
+  std::function<int64_t(const std::vector<int64_t>& numels)> nowcast_state_bytes;
+  std::function<int64_t(const std::vector<int64_t>& numels)> nowcast_jump_bytes;
+  int64_t probe_batches = 2;       // hybrid.probe_batches (nowcast.probe_batches): batches in the verification forward
   bool weight_average = false;     // train.average_decay > 0: one more copy of the parameters
   bool outer_momentum = false;     // Lookahead with lookahead.momentum > 0 (SNOO): one more copy
 };

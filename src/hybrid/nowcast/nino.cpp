@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include "hybrid/hybrid/nowcast.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 #include "laplacian.h"
 #include "neural_graph.h"
 #include "nowcast_weights.h"
@@ -254,6 +255,32 @@ NeuralGraphInfo describe_neural_graph(const NowcastSpec& spec, NowcastOptions op
   info.degree = lpe.degree;
   info.lpe = lpe.pe;
   return info;
+}
+
+// The registry's entry (nowcaster_registry.cpp lists it). Kept between jumps: its 2.2 MB of
+// weights and the neural graph with its features, ~40 B per parameter (32.2 MiB for the tiny
+// GPT's 0.84M). A jump adds the edge states and chunk workspace: 560-700 B per parameter on the
+// GPTs and FM-16 (bench/results/nowcast_bench.log), ~820 on the MLP (memory_plan_test.cpp);
+// 780 is within 20 % of each.
+NowcasterSpec nino_nowcaster_spec() {
+  NowcasterSpec s;
+  s.name = "nino";
+  s.help = "NiNo (graph neural network on the model's neural graph, released nino_no_posw weights)";
+  s.weights_file = "nino_no_posw.safetensors";
+  s.load = [](const std::string& path, NowcastSpec spec, const NowcastOptions& options) {
+    return load_nino(path, std::move(spec), options);
+  };
+  s.kept_bytes = [](const std::vector<int64_t>& numels) -> int64_t {
+    int64_t n = 0;
+    for (int64_t x : numels) n += x;
+    return (2304 << 10) + 40 * n;
+  };
+  s.jump_bytes = [](const std::vector<int64_t>& numels, const NowcastOptions&, const std::string&) -> int64_t {
+    int64_t n = 0;
+    for (int64_t x : numels) n += x;
+    return 780 * n;
+  };
+  return s;
 }
 
 }  // namespace ht

@@ -1,5 +1,6 @@
 // WNN+: every scalar on its own, through Linear(5 -> 128) + the embedding of its parameter kind,
 // 3 x (Linear 128 + SiLU) and horizon k's row of Linear(128 -> 40), added to its last state.
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "hybrid/hybrid/nowcast.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 #include "nowcast_weights.h"
 #include "tensor_scale.h"
 
@@ -100,6 +102,29 @@ class WnnPlus final : public NowcastModel {
 std::unique_ptr<NowcastModel> load_wnn_plus(const std::string& path, NowcastSpec spec,
                                             NowcastOptions options) {
   return std::make_unique<WnnPlus>(path, std::move(spec), options);
+}
+
+// The registry's entry (nowcaster_registry.cpp lists it). Kept between jumps: its 0.2 MiB of
+// weights. A jump's workspace is per chunk of rows, whatever the model size: two [rows, 128]
+// hidden states and the normalised rows, ~1064 B a row, and for GPT-2's fused q|k|v one more
+// [rows, 128] of per-row kind embeddings (48.6 MiB measured at 32768 rows on the tiny GPT,
+// bench/results/nowcast_bench.log; 33 MiB on the MLP, tests/apps/memory_plan_test.cpp).
+NowcasterSpec wnn_nowcaster_spec() {
+  NowcasterSpec s;
+  s.name = "wnn";
+  s.help = "WNN+ (NiNo's per-scalar MLP, released nino_mlp weights): cheap, no graph";
+  s.weights_file = "nino_mlp.safetensors";
+  s.load = [](const std::string& path, NowcastSpec spec, const NowcastOptions& options) {
+    return load_wnn_plus(path, std::move(spec), options);
+  };
+  s.kept_bytes = [](const std::vector<int64_t>&) -> int64_t { return 256 << 10; };
+  s.jump_bytes = [](const std::vector<int64_t>& numels, const NowcastOptions& options,
+                     const std::string& architecture) -> int64_t {
+    int64_t rows = 0;
+    for (int64_t n : numels) rows = std::max(rows, std::min(n, options.chunk_rows));
+    return rows * (architecture == "gpt2" ? 1576 : 1064);
+  };
+  return s;
 }
 
 }  // namespace ht

@@ -1,0 +1,111 @@
+// Learned weight nowcasting as a step strategy (run.mode=nowcast): record 5 states of the weights
+// per period, jump them ahead with a pretrained nowcaster (WNN+, NiNo), verify on a probe, undo.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybrid/core/trainer.h"
+#include "hybrid/hybrid/nowcast.h"
+
+namespace ht {
+
+struct NowcastStrategyOptions {
+  // The nowcaster, by its registry name (nowcaster_registry.h: wnn, nino), and its weights file.
+  std::string model = "wnn";
+  std::string weights;  // path to the safetensors file; the CLI fills in models/nino/<its file>
+  // How the model's parameters form a neural graph (BuiltModel::architecture): "feedforward"
+  // (MLP, CNN) or "gpt2" (Hugging Face names), with the GPT's attention heads.
+  std::string architecture = "feedforward";
+  int64_t n_head = 0;
+
+  // NiNo's schedule: a state of the weights every period / 5 steps (host memory), and at the
+  // 5th, instead of that step's update, one jump k recording intervals ahead. Steps are the
+  // trainer's: the jump replaces step period, 2 * period, ...
+  int64_t period = 1000;  // a multiple of 5
+  // k decays over the run from horizon_max to horizon_min: the j-th of n = schedule_steps /
+  // period jumps takes round(lerp(max^(1/p), min^(1/p), j / (n - 1))^p), p = horizon_power
+  // (NiNo's: 40 -> 1, p = 2: 40 32 26 20 15 11 7 4 2 1 over 10k steps). min = max: constant.
+  int64_t horizon_max = 40;
+  int64_t horizon_min = 1;
+  double horizon_power = 2.0;
+  int64_t schedule_steps = 0;  // the run length the schedule spans; 0: the trainer's max_steps
+
+  // Verification: the probe loss (the next probe_batches training batches, peeked, so the data
+  // order stays plain mode's) after the jump may exceed the loss before it by tolerance x |loss|
+  // at most; otherwise the jump is undone bit-exactly, the step becomes a real one and the
+  // horizon cap halves, down to 1 (it doubles back, up to horizon_max, after a jump that passes). After f
+  // failures in a row (f >= 2) the next 2^(f-1) - 1 jumps are skipped, so a run whose jumps all
+  // fail pays for about log2(jumps) predictions. Off: every finite jump is kept.
+  bool verify = true;
+  int64_t probe_batches = 2;
+  double tolerance = 0.0;
+  // > 1: also try k x 2, k / 2, k x 4, ... (up to this many horizons in all, within [1, the
+  // cap]) on the same probe and keep the lowest loss. Each costs one more
+  // prediction and probe forward; the weights are predicted again when the best was not the last.
+  int64_t horizon_search = 1;
+
+  // The optimizer's state after a kept jump: Keep (NiNo's choice), Reset (as new, so Adam's
+  // bias correction starts over), or Rescale (first moment x momentum_scale, second kept).
+  enum class OptimizerState { Keep, Reset, Rescale };
+  OptimizerState optimizer_state = OptimizerState::Keep;
+  double momentum_scale = 0.5;
+
+  NowcastOptions model_options;  // chunk rows, eigensolve limit
+
+  void validate() const;  // throws OptionsError("NowcastStrategyOptions.<field> ...: ...")
+};
+
+NowcastStrategyOptions::OptimizerState parse_optimizer_state(const std::string& name);  // keep|reset|rescale
+const char* to_string(NowcastStrategyOptions::OptimizerState state);
+
+// The horizon of each jump of a run: NiNo's decaying schedule, one entry per period.
+std::vector<int64_t> nowcast_horizons(const NowcastStrategyOptions& options, int64_t run_steps);
+
+struct NowcastSummary {
+  std::string model;
+  int64_t steps = 0;
+  int64_t jumps = 0;          // jumps made (predicted and applied)
+  int64_t kept = 0;           // of those, passed verification
+  int64_t undone = 0;         // of those, failed it: undone, the step became a real one
+  int64_t skipped = 0;        // due while backing off after failures: not attempted
+  int64_t recorded_states = 0;
+  int64_t horizon_steps_kept = 0;  // sum over kept jumps of k x period / 5: steps jumped
+  double setup_ms = 0.0;      // loading the nowcaster (NiNo: its graph and Laplacian features)
+  double record_ms = 0.0;     // copying states
+  double predict_ms = 0.0;    // the nowcaster's predictions
+  double probe_ms = 0.0;      // verification forwards (two per jump) and assembling the probe
+  double real_ms = 0.0;       // real steps
+  int64_t state_bytes = 0;    // recorded states + the model kept between jumps
+  int64_t horizon_cap = 0;    // at the end
+  std::vector<std::string> jump_log;  // one line per jump: step, k, probe loss before / after, kept
+  std::string to_string() const;
+};
+
+// Builds the nowcaster for a parameter spec; tests pass their own (a known good or bad one).
+using NowcasterFactory = std::function<std::unique_ptr<NowcastModel>(const NowcastSpec& spec)>;
+
+class NowcastStrategy : public StepStrategy {
+ public:
+  std::string name() const override { return "nowcast"; }
+  std::string summary_text() const override { return summary().to_string(); }
+  virtual const NowcastSummary& summary() const = 0;
+  virtual const NowcastStrategyOptions& options() const = 0;
+};
+
+// factory: null loads options.model from the nowcaster registry with options.weights (checked to
+// be readable here, so a wrong path fails before training). Throws OptionsError for options out
+// of range. The nowcaster itself is built at the first step, from the trainer's model.
+std::unique_ptr<NowcastStrategy> make_nowcast_strategy(const NowcastStrategyOptions& options,
+                                                       NowcasterFactory factory = nullptr);
+
+// Tensor bytes nowcast mode keeps between steps for parameters of these element counts: the 5
+// recorded states and what the nowcaster keeps. And the workspace one jump adds on top (the
+// nowcaster's chunks or NiNo's per-edge states), for the planner's peak.
+int64_t nowcast_state_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options);
+int64_t nowcast_jump_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options);
+
+}  // namespace ht

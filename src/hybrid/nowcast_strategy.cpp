@@ -1,0 +1,478 @@
+// Nowcast mode: every period, one jump of the weights predicted by a pretrained nowcaster from 5
+// recorded states (NiNo's schedule), verified on a probe and undone bit-exactly when it fails.
+#include "hybrid/hybrid/nowcast_strategy.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "archive_io.h"
+#include "hybrid/core/allocator.h"
+#include "hybrid/core/errors.h"
+#include "hybrid/core/memory_monitor.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
+#include "hybrid/hybrid/predictor_registry.h"  // parameter_copies_bytes
+
+namespace ht {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Concatenates its arguments as an ostream prints them (the library does not link fmt).
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+std::string fixed(double x, int digits) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(digits);
+  os << x;
+  return os.str();
+}
+
+void fail(const std::string& field, const std::string& why) {
+  throw OptionsError("NowcastStrategyOptions." + field + " " + why);
+}
+
+}  // namespace
+
+void NowcastStrategyOptions::validate() const {
+  find_nowcaster(model);
+  if (period < kNowcastContext || period % kNowcastContext != 0)
+    fail("period", "= " + std::to_string(period) + ": must be a positive multiple of 5 (a state every period / 5 steps)");
+  if (horizon_min < 1) fail("horizon_min", "= " + std::to_string(horizon_min) + ": must be >= 1");
+  if (horizon_max < horizon_min)
+    fail("horizon_max", "= " + std::to_string(horizon_max) + ": must be >= NowcastStrategyOptions.horizon_min (" +
+                               std::to_string(horizon_min) + ")");
+  if (!(horizon_power > 0.0 && std::isfinite(horizon_power)))
+    fail("horizon_power", cat("= ", horizon_power, ": must be > 0 (NiNo's is 2)"));
+  if (schedule_steps < 0) fail("schedule_steps", "must be >= 0 (0: the run's max_steps)");
+  if (probe_batches < 1) fail("probe_batches", "= " + std::to_string(probe_batches) + ": must be >= 1");
+  if (horizon_search < 1 || horizon_search > 16)
+    fail("horizon_search", "= " + std::to_string(horizon_search) + ": must be in [1, 16] (1 = the schedule's k only)");
+  if (horizon_search > 1 && !verify) fail("horizon_search", "needs verify: the probe chooses among the horizons");
+  if (!(tolerance >= 0.0 && tolerance <= 1.0))
+    fail("tolerance", cat("= ", tolerance, ": must be in [0, 1] (a share of the probe loss)"));
+  if (!(momentum_scale >= 0.0 && momentum_scale <= 1.0))
+    fail("momentum_scale", cat("= ", momentum_scale, ": must be in [0, 1]"));
+  if (architecture != "feedforward" && architecture != "gpt2")
+    fail("architecture", "= \"" + architecture + "\": must be \"feedforward\" (MLP, CNN) or \"gpt2\"");
+  if (architecture == "gpt2" && n_head < 1)
+    fail("n_head", "= " + std::to_string(n_head) + ": a gpt2 architecture needs its attention heads (>= 1)");
+  if (model_options.chunk_rows < 1) fail("model_options.chunk_rows", "must be >= 1");
+}
+
+NowcastStrategyOptions::OptimizerState parse_optimizer_state(const std::string& name) {
+  if (name == "keep") return NowcastStrategyOptions::OptimizerState::Keep;
+  if (name == "reset") return NowcastStrategyOptions::OptimizerState::Reset;
+  if (name == "rescale") return NowcastStrategyOptions::OptimizerState::Rescale;
+  throw OptionsError("NowcastStrategyOptions.optimizer_state = \"" + name + "\": must be keep, reset or rescale");
+}
+
+const char* to_string(NowcastStrategyOptions::OptimizerState state) {
+  switch (state) {
+    case NowcastStrategyOptions::OptimizerState::Keep: return "keep";
+    case NowcastStrategyOptions::OptimizerState::Reset: return "reset";
+    case NowcastStrategyOptions::OptimizerState::Rescale: return "rescale";
+  }
+  return "keep";
+}
+
+std::vector<int64_t> nowcast_horizons(const NowcastStrategyOptions& o, int64_t run_steps) {
+  // NiNo (optim/nino.py): np.linspace(max ** (1/p), min ** (1/p), n) ** p, rounded half to even.
+  const int64_t n = std::max<int64_t>(1, run_steps / o.period);
+  const double a = std::pow(static_cast<double>(o.horizon_max), 1.0 / o.horizon_power);
+  const double b = std::pow(static_cast<double>(o.horizon_min), 1.0 / o.horizon_power);
+  std::vector<int64_t> k(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    // numpy's linspace: start + j * step, the last value exactly `stop`.
+    const double x = j == n - 1 && n > 1 ? b : a + static_cast<double>(j) * ((b - a) / static_cast<double>(std::max<int64_t>(1, n - 1)));
+    const double v = std::nearbyint(std::pow(x, o.horizon_power));  // FE_TONEAREST: half to even
+    k[static_cast<size_t>(j)] = std::clamp<int64_t>(static_cast<int64_t>(v), o.horizon_min, o.horizon_max);
+  }
+  return k;
+}
+
+std::string NowcastSummary::to_string() const {
+  std::ostringstream os;
+  os << "nowcast (" << model << "): " << steps << " steps, " << jumps << " jumps: " << kept << " kept, " << undone
+     << " undone, " << skipped << " skipped while backing off; " << horizon_steps_kept
+     << " steps jumped by kept jumps; horizon cap at the end " << horizon_cap << "\n";
+  os << "  time: setup " << fixed(setup_ms, 0) << " ms, predictions " << fixed(predict_ms, 0) << " ms, probes "
+     << fixed(probe_ms, 0) << " ms, recording " << fixed(record_ms, 0) << " ms, real steps " << fixed(real_ms, 0)
+     << " ms; state " << mib_text(state_bytes);
+  for (const auto& line : jump_log) os << "\n  " << line;
+  return os.str();
+}
+
+namespace {
+
+class NowcastEngine final : public NowcastStrategy {
+ public:
+  NowcastEngine(NowcastStrategyOptions options, NowcasterFactory factory)
+      : opt_((options.validate(), std::move(options))), factory_(std::move(factory)) {
+    summary_.model = opt_.model;
+    cap_ = opt_.horizon_max;
+    if (!factory_) {
+      const NowcasterSpec& spec = find_nowcaster(opt_.model);
+      if (opt_.weights.empty())
+        fail("weights", "is empty: give the path of " + spec.weights_file + " (models/nino/ in the source tree)");
+      if (!std::ifstream(opt_.weights).good())
+        fail("weights", "= \"" + opt_.weights + "\": cannot read the file; it should be " + spec.weights_file +
+                            " from models/nino/ in the source tree");
+      factory_ = [spec, path = opt_.weights, mo = opt_.model_options](const NowcastSpec& s) {
+        return spec.load(path, s, mo);
+      };
+    }
+  }
+
+  const NowcastSummary& summary() const override { return summary_; }
+  const NowcastStrategyOptions& options() const override { return opt_; }
+
+  StepRecord run_step(Trainer& trainer) override {
+    const auto t0 = Clock::now();
+    ensure_ready(trainer);
+    const int64_t s = trainer.step();  // steps done: this is step s + 1
+    StepRecord rec;
+    rec.phase = Phase::Full;
+    bool jumped = false;
+    if ((s + 1) % interval_ == 0) {
+      record(recorded_);
+      if (++recorded_ == kNowcastContext) {
+        recorded_ = 0;
+        if (skip_left_ > 0) {
+          --skip_left_;
+          ++summary_.skipped;
+          summary_.jump_log.push_back(cat("step ", s + 1, ": skipped (backing off after ", fails_, " failed jumps)"));
+        } else {
+          jumped = jump(trainer, s, rec);
+        }
+      }
+    }
+    if (!jumped) {
+      const auto tr = Clock::now();
+      const FullStepResult r = trainer.full_step(Phase::Full);
+      summary_.real_ms += ms_since(tr);
+      rec.loss = r.loss;
+      rec.grad_norm = r.grad_norm;
+      rec.items_per_sec = static_cast<double>(r.items);
+    }
+    trainer.advance_step();
+    ++summary_.steps;
+    rec.step = trainer.step();
+    rec.lr = trainer.optimizer().lr();
+    rec.ms = ms_since(t0);
+    rec.items_per_sec = rec.ms > 0.0 ? rec.items_per_sec / (rec.ms / 1000.0) : 0.0;
+    return rec;
+  }
+
+  void on_finish(Trainer& /*trainer*/) override {
+    summary_.horizon_cap = cap_;
+    summary_.state_bytes = state_bytes();
+  }
+
+  int64_t state_bytes() const override {
+    int64_t b = kept_bytes_;
+    for (const auto& slot : states_)
+      for (const auto& t : slot) b += t.defined() ? t.nbytes() : 0;
+    for (const auto& t : scratch_) b += t.nbytes();
+    return b;
+  }
+
+  void save(torch::serialize::OutputArchive& a) const override {
+    archive_io::put(a, "model", opt_.model);
+    archive_io::put(a, "period", opt_.period);
+    archive_io::put(a, "recorded", recorded_);
+    archive_io::put(a, "cap", cap_);
+    archive_io::put(a, "fails", fails_);
+    archive_io::put(a, "skip_left", skip_left_);
+    for (int64_t t = 0; t < recorded_; ++t) archive_io::put_tensors(a, "state" + std::to_string(t), states_[t]);
+    archive_io::put(a, "jumps", summary_.jumps);
+    archive_io::put(a, "kept", summary_.kept);
+    archive_io::put(a, "undone", summary_.undone);
+    archive_io::put(a, "skipped", summary_.skipped);
+    archive_io::put(a, "recorded_states", summary_.recorded_states);
+    archive_io::put(a, "horizon_steps_kept", summary_.horizon_steps_kept);
+  }
+
+  void load(torch::serialize::InputArchive& a) override {
+    const std::string model = archive_io::get_string(a, "model");
+    const int64_t period = archive_io::get_int(a, "period");
+    if (model != opt_.model || period != opt_.period)
+      throw CheckpointMismatch(cat("the checkpoint's nowcast state was written with nowcast.model=", model,
+                                   " nowcast.period=", period, ", this run has ", opt_.model, " and ", opt_.period,
+                                   ": resume with the same settings"),
+                               "strategy");
+    recorded_ = archive_io::get_int(a, "recorded");
+    cap_ = archive_io::get_int(a, "cap");
+    fails_ = archive_io::get_int(a, "fails");
+    skip_left_ = archive_io::get_int(a, "skip_left");
+    for (int64_t t = 0; t < recorded_; ++t) archive_io::get_tensors_into(a, "state" + std::to_string(t), states_[t]);
+    summary_.jumps = archive_io::get_int(a, "jumps");
+    summary_.kept = archive_io::get_int(a, "kept");
+    summary_.undone = archive_io::get_int(a, "undone");
+    summary_.skipped = archive_io::get_int(a, "skipped");
+    summary_.recorded_states = archive_io::get_int(a, "recorded_states");
+    summary_.horizon_steps_kept = archive_io::get_int(a, "horizon_steps_kept");
+  }
+
+ private:
+  // The parameters, the nowcaster for their spec (timed: NiNo builds its graph here), the state
+  // buffers. At the first step, so the model is the trainer's; a checkpoint may have filled some
+  // state buffers already (their shapes are checked against the parameters here).
+  void ensure_ready(Trainer& trainer) {
+    if (model_) return;
+    const auto t0 = Clock::now();
+    params_ = trainer.optimizer().parameters();
+    const auto named = trainer.objective().module().named_parameters(/*recurse=*/true);
+    if (named.size() != params_.size())
+      throw OptionsError(cat("nowcast: the optimizer holds ", params_.size(), " parameters, the model ", named.size(),
+                             ": build the optimizer over all of module->parameters(), in that order"));
+    NamedShapes shapes;
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (!named[i].value().is_same(params_[i]))
+        throw OptionsError("nowcast: the optimizer's parameter " + std::to_string(i) + " is not the model's '" +
+                           named[i].key() + "': build the optimizer over module->parameters(), in that order");
+      if (!params_[i].is_floating_point() || params_[i].scalar_type() != at::kFloat)
+        throw OptionsError("nowcast: parameter '" + named[i].key() + "' is not float32; the nowcasters read fp32 states");
+      shapes.emplace_back(named[i].key(), params_[i].sizes().vec());
+    }
+    const NowcastSpec spec = opt_.architecture == "gpt2" ? nowcast_spec_gpt2(shapes, opt_.n_head)
+                                                         : nowcast_spec_feedforward(shapes);
+    const int64_t before = allocator_stats().current_bytes;
+    model_ = factory_(spec);
+    kept_bytes_ = std::max<int64_t>(0, allocator_stats().current_bytes - before);
+    if (opt_.horizon_max > model_->max_horizon())
+      fail("horizon_max", cat("= ", opt_.horizon_max, ": ", model_->name(), " predicts at most ", model_->max_horizon(),
+                              " intervals ahead"));
+    using S = NowcastStrategyOptions::OptimizerState;
+    if (opt_.optimizer_state != S::Keep) {
+      const auto change = opt_.optimizer_state == S::Reset ? Optimizer::StateChange::Reset
+                                                           : Optimizer::StateChange::ScaleMomentum;
+      if (!trainer.optimizer().can_change_state(change))
+        throw OptionsError("nowcast: optimizer '" + trainer.optimizer().name() + "' cannot " +
+                           to_string(opt_.optimizer_state) +
+                           " its state after a jump: set nowcast.optimizer_state=keep or use optim.name=adamw");
+    }
+    horizons_ = nowcast_horizons(opt_, opt_.schedule_steps > 0 ? opt_.schedule_steps : trainer.options().max_steps);
+    interval_ = opt_.period / kNowcastContext;
+    in_place_ = true;
+    for (const auto& p : params_) in_place_ = in_place_ && p.is_cpu() && p.is_contiguous();
+    // Host memory: the nowcasters read CPU float32 states, whatever device trains.
+    torch::NoGradGuard no_grad;
+    for (auto& slot : states_) {
+      if (slot.empty()) {
+        for (const auto& p : params_) slot.push_back(at::empty(p.sizes(), p.options().device(at::kCPU)));
+      } else {
+        for (size_t i = 0; i < params_.size(); ++i)
+          if (slot[i].sizes() != params_[i].sizes())
+            throw CheckpointMismatch("nowcast: a recorded state of the checkpoint has shape " +
+                                         c10::str(slot[i].sizes()) + ", the model's parameter " + std::to_string(i) +
+                                         " " + c10::str(params_[i].sizes()) + ": another model",
+                                     "strategy");
+      }
+    }
+    if (!in_place_)
+      for (const auto& p : params_) scratch_.push_back(at::empty(p.sizes(), p.options().device(at::kCPU)));
+    summary_.setup_ms += ms_since(t0);
+  }
+
+  void record(int64_t slot) {
+    const auto t0 = Clock::now();
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) states_[slot][i].copy_(params_[i]);
+    ++summary_.recorded_states;
+    summary_.record_ms += ms_since(t0);
+  }
+
+  int64_t horizon_at(int64_t s) const {
+    const int64_t j = std::min<int64_t>(static_cast<int64_t>(horizons_.size()) - 1, s / opt_.period);
+    return std::min(horizons_[static_cast<size_t>(j)], cap_);
+  }
+
+  // The next probe_batches training batches, peeked: the data cursor is put back, so training
+  // sees plain mode's data order and the probe is not yet trained on (at this point of the epoch).
+  Batch peek_probe(Trainer& trainer) {
+    DataSource& data = trainer.data();
+    const DataCursor cursor = data.cursor();
+    std::vector<at::Tensor> inputs, targets;
+    for (int64_t i = 0; i < opt_.probe_batches; ++i) {
+      Batch b = trainer.next_batch();
+      inputs.push_back(b.input);
+      targets.push_back(b.target);
+    }
+    data.restore(cursor);
+    return Batch{torch::cat(inputs), torch::cat(targets)};
+  }
+
+  double probe_loss(Trainer& trainer, const Batch& probe) {
+    // Eval mode: no dropout noise between the paired losses. No grad: nothing for backward.
+    torch::NoGradGuard no_grad;
+    auto& module = trainer.objective().module();
+    const bool was_training = module.is_training();
+    module.eval();
+    const double loss = trainer.objective().loss(probe).item<double>();
+    if (was_training) module.train();
+    return loss;
+  }
+
+  bool all_finite() const {
+    for (const auto& p : params_)
+      if (!torch::isfinite(p).all().item<bool>()) return false;
+    return true;
+  }
+
+  // The weights predicted k intervals ahead, written over the parameters (the states are intact).
+  void predict_into_params(int64_t k) {
+    const auto tj = Clock::now();
+    std::vector<std::vector<at::Tensor>> states(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      for (int t = 0; t < kNowcastContext; ++t) states[i].push_back(states_[t][i]);
+    model_->predict(states, k, in_place_ ? params_ : scratch_);
+    if (!in_place_) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(scratch_[i]);
+    }
+    summary_.predict_ms += ms_since(tj);
+  }
+
+  void restore_params() {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(states_[kNowcastContext - 1][i]);
+  }
+
+  // The horizons a jump tries: the schedule's k, then (horizon_search > 1) k x 2, k / 2, k x 4,
+  // k / 4, ... within [1, min(horizon_max, cap)], without repeats.
+  std::vector<int64_t> candidates(int64_t k) const {
+    std::vector<int64_t> ks = {k};
+    const int64_t hi = std::min(opt_.horizon_max, cap_);
+    for (int64_t f = 2; static_cast<int64_t>(ks.size()) < opt_.horizon_search && f <= 64; f *= 2) {
+      for (const int64_t c : {std::min(k * f, hi), std::max<int64_t>(1, k / f)})
+        if (static_cast<int64_t>(ks.size()) < opt_.horizon_search && std::find(ks.begin(), ks.end(), c) == ks.end())
+          ks.push_back(c);
+    }
+    return ks;
+  }
+
+  // One jump at step s + 1: predict in place from the 5 states (the 5th, a copy of the weights,
+  // is also the undo snapshot), verify, keep or undo. True when kept (the step is the jump).
+  bool jump(Trainer& trainer, int64_t s, StepRecord& rec) {
+    const auto scope = trainer.memory().phase(MemoryPhase::Predict);
+    const int64_t k_schedule = horizon_at(s);
+    ++summary_.jumps;
+    double before = NAN, after = NAN;
+    int64_t k = k_schedule;
+    bool keep = true;
+    if (opt_.verify) {
+      auto tp = Clock::now();
+      const Batch probe = peek_probe(trainer);
+      before = probe_loss(trainer, probe);
+      summary_.probe_ms += ms_since(tp);
+      // Each candidate horizon on the same probe; the lowest loss wins (ties: the earlier).
+      const std::vector<int64_t> ks = opt_.horizon_search > 1 ? candidates(k_schedule) : std::vector<int64_t>{k_schedule};
+      std::string tried;
+      for (size_t c = 0; c < ks.size(); ++c) {
+        if (c > 0) restore_params();
+        predict_into_params(ks[c]);
+        tp = Clock::now();
+        const double loss = probe_loss(trainer, probe);
+        summary_.probe_ms += ms_since(tp);
+        if (ks.size() > 1) tried += cat(c ? ", " : " (tried k ", ks[c], ": ", fixed(loss, 5));
+        if (std::isfinite(loss) && (c == 0 || !(loss >= after))) {
+          after = loss;
+          k = ks[c];
+        }
+      }
+      if (ks.size() > 1) tried += ")";
+      keep = std::isfinite(after) && after <= before + opt_.tolerance * std::abs(before);
+      if (keep && k != ks.back()) {  // the parameters hold the last candidate's prediction
+        restore_params();
+        predict_into_params(k);
+      }
+      rec.extra["probe_before"] = before;
+      rec.extra["probe_after"] = after;
+      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, " (", k * interval_, " steps ahead): probe loss ",
+                                      fixed(before, 5), " -> ", fixed(after, 5), ": ", keep ? "kept" : "undone",
+                                      tried));
+    } else {
+      predict_into_params(k);
+      keep = all_finite();
+      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, " (", k * interval_, " steps ahead), unverified: ",
+                                      keep ? "kept" : "undone (not finite)"));
+    }
+    rec.extra["nowcast_jump"] = 1.0;
+    rec.extra["horizon"] = static_cast<double>(k);
+    rec.extra["accepted"] = keep ? 1.0 : 0.0;
+    trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
+    if (!keep) {
+      restore_params();
+      ++summary_.undone;
+      cap_ = std::max<int64_t>(1, k_schedule / 2);  // below horizon_min too: the schedule's floor, not the cap's
+      ++fails_;
+      if (fails_ >= 2) skip_left_ = (int64_t{1} << std::min<int64_t>(fails_ - 1, 30)) - 1;
+      return false;
+    }
+    ++summary_.kept;
+    summary_.horizon_steps_kept += k * interval_;
+    cap_ = std::min(opt_.horizon_max, cap_ * 2);
+    fails_ = 0;
+    change_optimizer_state(trainer);
+    rec.phase = Phase::Predict;
+    rec.loss = after;  // the probe's: training batches, eval mode (NaN unverified)
+    return true;
+  }
+
+  void change_optimizer_state(Trainer& trainer) {
+    using S = NowcastStrategyOptions::OptimizerState;
+    if (opt_.optimizer_state == S::Keep) return;
+    // (ensure_ready checked that the optimizer can.)
+    trainer.optimizer().change_state(opt_.optimizer_state == S::Reset ? Optimizer::StateChange::Reset
+                                                                      : Optimizer::StateChange::ScaleMomentum,
+                                     opt_.momentum_scale);
+  }
+
+  NowcastStrategyOptions opt_;
+  NowcasterFactory factory_;
+  std::unique_ptr<NowcastModel> model_;
+  int64_t kept_bytes_ = 0;
+  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> states_[kNowcastContext];  // [slot][parameter], host memory
+  std::vector<at::Tensor> scratch_;                    // the prediction, when it cannot go in place
+  bool in_place_ = true;
+  std::vector<int64_t> horizons_;
+  int64_t interval_ = 1;
+  int64_t recorded_ = 0;    // states recorded in this period
+  int64_t cap_ = 0;         // horizon cap: halves after a failed jump, doubles after a kept one
+  int64_t fails_ = 0;       // failed jumps in a row
+  int64_t skip_left_ = 0;   // due jumps still to skip
+  NowcastSummary summary_;
+};
+
+}  // namespace
+
+std::unique_ptr<NowcastStrategy> make_nowcast_strategy(const NowcastStrategyOptions& options,
+                                                       NowcasterFactory factory) {
+  return std::make_unique<NowcastEngine>(options, std::move(factory));
+}
+
+int64_t nowcast_state_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options) {
+  return parameter_copies_bytes(numels, kNowcastContext) + find_nowcaster(options.model).kept_bytes(numels);
+}
+
+int64_t nowcast_jump_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options) {
+  return find_nowcaster(options.model).jump_bytes(numels, options.model_options, options.architecture);
+}
+
+}  // namespace ht

@@ -1,0 +1,27 @@
+// The list of pretrained nowcasters: each is defined beside its model and registered here, once.
+// The nowcast strategy, the CLI's nowcast.model values, `config --keys` and the planner read it.
+#include "hybrid/hybrid/nowcaster_registry.h"
+
+#include "hybrid/core/errors.h"
+
+namespace ht {
+
+// Adding a nowcaster: its file defines <name>_nowcaster_spec(); one line here declares and lists it.
+NowcasterSpec wnn_nowcaster_spec();   // nowcast/wnn_plus.cpp
+NowcasterSpec nino_nowcaster_spec();  // nowcast/nino.cpp
+
+const std::vector<NowcasterSpec>& nowcaster_registry() {
+  static const std::vector<NowcasterSpec> all = {wnn_nowcaster_spec(), nino_nowcaster_spec()};
+  return all;
+}
+
+const NowcasterSpec& find_nowcaster(const std::string& name) {
+  std::string names;
+  for (const auto& spec : nowcaster_registry()) {
+    if (spec.name == name) return spec;
+    names += (names.empty() ? "\"" : ", \"") + spec.name + "\"";
+  }
+  throw OptionsError("NowcastStrategyOptions.model = \"" + name + "\": must be one of " + names);
+}
+
+}  // namespace ht

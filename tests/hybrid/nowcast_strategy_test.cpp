@@ -1,0 +1,290 @@
+// Nowcast mode on toy problems with nowcasters known to be good or bad: the schedule, jumps kept
+// and undone bit-exactly, a run whose jumps all fail equal to plain, resume mid-period, bad options.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "hybrid/core/errors.h"
+#include "hybrid/hybrid/nowcast_strategy.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
+#include "hybrid/hybrid/predictor_registry.h"
+#include "support/scratch_dir.h"
+#include "toy_problems.h"
+
+namespace {
+
+// A nowcaster whose prediction the test writes: out[i] = rule(states[i], k), and which keeps what
+// it was given (horizons and, optionally, copies of the states) for the test to check.
+class ScriptedNowcaster : public ht::NowcastModel {
+ public:
+  using Rule = std::function<at::Tensor(const std::vector<at::Tensor>& states, int64_t k)>;
+  ScriptedNowcaster(ht::NowcastSpec spec, Rule rule, std::vector<int64_t>* horizons,
+                    std::vector<std::vector<at::Tensor>>* seen)
+      : NowcastModel(std::move(spec)), rule_(std::move(rule)), horizons_(horizons), seen_(seen) {}
+  std::string name() const override { return "scripted"; }
+  int64_t max_horizon() const override { return 40; }
+
+ protected:
+  void predict_checked(const std::vector<std::vector<at::Tensor>>& states, int64_t k,
+                       const std::vector<at::Tensor>& out) override {
+    if (horizons_) horizons_->push_back(k);
+    if (seen_) {
+      std::vector<at::Tensor> copy;
+      for (const auto& s : states[0]) copy.push_back(s.clone());
+      seen_->push_back(copy);  // the first parameter's 5 states
+    }
+    for (size_t i = 0; i < out.size(); ++i) out[i].copy_(rule_(states[i], k));
+  }
+
+ private:
+  Rule rule_;
+  std::vector<int64_t>* horizons_;
+  std::vector<std::vector<at::Tensor>>* seen_;
+};
+
+ht::NowcasterFactory scripted(ScriptedNowcaster::Rule rule, std::vector<int64_t>* horizons = nullptr,
+                              std::vector<std::vector<at::Tensor>>* seen = nullptr) {
+  return [=](const ht::NowcastSpec& spec) {
+    return std::make_unique<ScriptedNowcaster>(spec, rule, horizons, seen);
+  };
+}
+
+// Known good on the bowl (minimum at w = 1): halfway from the current weights to the minimum.
+at::Tensor halfway_to_one(const std::vector<at::Tensor>& s, int64_t) { return s[4] + 0.5 * (1.0 - s[4]); }
+// Known bad anywhere: every weight pushed by +3.
+at::Tensor push_away(const std::vector<at::Tensor>& s, int64_t) { return s[4] + 3.0; }
+// Plausible on a descent: the drift over the 4 recorded intervals, continued k / 8 of the way.
+at::Tensor continue_drift(const std::vector<at::Tensor>& s, int64_t k) {
+  return s[4] + (s[4] - s[0]) * (static_cast<double>(k) / 8.0);
+}
+
+ht::NowcastStrategyOptions options(int64_t period, int64_t horizon_max) {
+  ht::NowcastStrategyOptions o;
+  o.period = period;
+  o.horizon_max = horizon_max;
+  return o;
+}
+
+std::vector<at::Tensor> params_of(toy::MlpRun& run) { return run.optimizer->parameters(); }
+
+}  // namespace
+
+TEST(NowcastStrategy, ScheduleIsNiNosDecayingHorizon) {
+  // optim/nino.py: np.linspace(40 ** 0.5, 1, 10) ** 2, rounded (half to even).
+  EXPECT_EQ(ht::nowcast_horizons(options(1000, 40), 10000), (std::vector<int64_t>{40, 33, 26, 21, 16, 11, 8, 5, 3, 1}));
+  EXPECT_EQ(ht::nowcast_horizons(options(1000, 40), 6000), (std::vector<int64_t>{40, 28, 18, 10, 4, 1}));
+  EXPECT_EQ(ht::nowcast_horizons(options(20, 8), 100), (std::vector<int64_t>{8, 6, 4, 2, 1}));
+  ht::NowcastStrategyOptions constant = options(1000, 5);
+  constant.horizon_min = 5;
+  EXPECT_EQ(ht::nowcast_horizons(constant, 3000), (std::vector<int64_t>{5, 5, 5}));
+  EXPECT_EQ(ht::nowcast_horizons(options(1000, 40), 500), (std::vector<int64_t>{40}));  // shorter than a period
+}
+
+TEST(NowcastStrategy, RecordsEveryFifthOfAPeriodAndKeepsAGoodJump) {
+  // Period 10: states after 1, 3, 5, 7, 9 updates (recorded before steps 2, 4, 6, 8, 10), and
+  // step 10 is the jump instead of an update.
+  std::vector<int64_t> horizons;
+  std::vector<std::vector<at::Tensor>> seen;
+  toy::BowlRun run(20, 0.1);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(options(10, 4), scripted(halfway_to_one, &horizons, &seen)));
+  toy::BowlRun plain(9, 0.1);
+  std::vector<at::Tensor> trajectory = {plain.bowl->w.detach().clone()};
+  for (int i = 0; i < 9; ++i) {
+    plain.trainer->train_step();
+    trajectory.push_back(plain.bowl->w.detach().clone());
+  }
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(run.trainer->train_step().phase, ht::Phase::Full);
+  const double loss_before = run.loss();
+  const ht::StepRecord jump = run.trainer->train_step();
+  EXPECT_EQ(jump.phase, ht::Phase::Predict);
+  EXPECT_EQ(jump.step, 10);
+  EXPECT_EQ(jump.extra.at("accepted"), 1.0);
+  EXPECT_EQ(jump.extra.at("horizon"), 4.0);
+  ASSERT_EQ(seen.size(), 1u);
+  for (int t = 0; t < 5; ++t) EXPECT_TRUE(torch::equal(seen[0][t], trajectory[2 * t + 1])) << "state " << t;
+  EXPECT_TRUE(torch::equal(run.bowl->w, trajectory[9] + 0.5 * (1.0 - trajectory[9])));  // exactly the prediction
+  EXPECT_NEAR(run.loss(), 0.25 * loss_before, 1e-6 * loss_before);
+  for (int i = 0; i < 10; ++i) run.trainer->train_step();
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  EXPECT_EQ(s->summary().jumps, 2);
+  EXPECT_EQ(s->summary().kept, 2);
+  EXPECT_EQ(s->summary().recorded_states, 10);
+  EXPECT_EQ(horizons, (std::vector<int64_t>{4, 1}));  // 2 jumps over 20 steps: 4 -> 1
+}
+
+TEST(NowcastStrategy, HorizonSearchKeepsTheBestHorizonOnTheProbe) {
+  // One jump over 10 steps: the schedule's k is horizon_max, 8. This nowcaster is best at k 4
+  // (it lands on the bowl's minimum), useless at 8: of the tried 8, 4 and 2 the probe picks 4,
+  // and the weights are predicted again for it (it was not the last tried).
+  std::vector<int64_t> horizons;
+  auto best_at_four = [](const std::vector<at::Tensor>& s, int64_t k) {
+    return s[4] + (1.0 - s[4]) * (1.0 - std::abs(static_cast<double>(k) - 4.0) / 4.0);
+  };
+  ht::NowcastStrategyOptions o = options(10, 8);
+  o.horizon_search = 3;
+  toy::BowlRun run(10, 0.1);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(best_at_four, &horizons)));
+  run.trainer->fit();
+  EXPECT_EQ(horizons, (std::vector<int64_t>{8, 4, 2, 4}));
+  EXPECT_TRUE(torch::allclose(run.bowl->w, torch::ones_like(run.bowl->w)));
+  EXPECT_EQ(run.logger.steps.back().extra.at("horizon"), 4.0);
+  o.verify = false;
+  EXPECT_THROW(ht::make_nowcast_strategy(o, scripted(best_at_four)), ht::OptionsError);
+}
+
+TEST(NowcastStrategy, BadJumpsAreUndoneAndTheRunIsPlainBitForBit) {
+  // Every jump raises the probe loss: each is undone, its step becomes the real step plain
+  // takes there (the probe is peeked, so the data order is plain's), the horizon cap halves and
+  // after two failures in a row jumps are skipped, 1, 3, ... of them.
+  std::vector<int64_t> horizons;
+  toy::MlpRun run(200), plain(200);
+  ht::NowcastStrategyOptions o = options(10, 8);
+  o.horizon_min = 8;  // constant 8, so the cap is what shrinks it
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away, &horizons)));
+  run.trainer->fit();
+  plain.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(run), params_of(plain)));
+  EXPECT_EQ(run.trainer->step(), plain.trainer->step());
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  // 20 periods: fail (k 8), fail (4), skip 1, fail (2), skip 3, fail (1), skip 7, fail (1), then
+  // 15 to skip, of which 4 come before the end.
+  EXPECT_EQ(horizons, (std::vector<int64_t>{8, 4, 2, 1, 1}));
+  EXPECT_EQ(s->summary().jumps, 5);
+  EXPECT_EQ(s->summary().undone, 5);
+  EXPECT_EQ(s->summary().kept, 0);
+  EXPECT_EQ(s->summary().skipped, 15);
+}
+
+TEST(NowcastStrategy, AnUndoneJumpRestoresTheWeightsExactly) {
+  toy::MlpRun run(40), plain(40);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(options(20, 4), scripted(push_away)));
+  for (int i = 0; i < 19; ++i) {
+    run.trainer->train_step();
+    plain.trainer->train_step();
+  }
+  const auto before = toy::clone_all(params_of(run));
+  const ht::StepRecord r = run.trainer->train_step();  // the jump, undone, then a real step
+  EXPECT_EQ(r.extra.at("accepted"), 0.0);
+  EXPECT_EQ(r.phase, ht::Phase::Full);
+  EXPECT_GT(r.extra.at("probe_after"), r.extra.at("probe_before"));
+  plain.trainer->train_step();
+  EXPECT_TRUE(toy::all_equal(params_of(run), params_of(plain)));
+  EXPECT_FALSE(toy::all_equal(params_of(run), before));
+}
+
+TEST(NowcastStrategy, WithoutVerificationAJumpIsKeptWhateverItDoes) {
+  toy::MlpRun run(20);
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify = false;
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 19; ++i) run.trainer->train_step();
+  const auto before = toy::clone_all(params_of(run));
+  const ht::StepRecord r = run.trainer->train_step();
+  EXPECT_EQ(r.extra.at("accepted"), 1.0);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::equal(params_of(run)[i], before[i] + 3.0));
+  // A prediction that is not finite is undone even so.
+  toy::MlpRun nan_run(20);
+  nan_run.trainer->set_strategy(ht::make_nowcast_strategy(
+      o, scripted([](const std::vector<at::Tensor>& s, int64_t) { return s[4] * NAN; })));
+  for (int i = 0; i < 20; ++i) nan_run.trainer->train_step();
+  for (const auto& p : params_of(nan_run)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+}
+
+TEST(NowcastStrategy, ResumeInTheMiddleOfARecordingPeriodIsBitExact) {
+  // Period 20 (a state every 4 steps); the checkpoint at step 30 holds 2 of the period's states.
+  // Jumps are kept unverified, so the states restored from the checkpoint decide the weights.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("nowcast.ht");
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify = false;
+  toy::MlpRun straight(60);
+  straight.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(continue_drift)));
+  straight.trainer->fit();
+
+  toy::MlpRun first(60);
+  first.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(continue_drift)));
+  for (int i = 0; i < 30; ++i) first.trainer->train_step();
+  first.trainer->save_checkpoint(path);
+  toy::MlpRun second(60);
+  second.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(continue_drift)));
+  second.trainer->load_checkpoint(path);
+  EXPECT_EQ(second.trainer->step(), 30);
+  second.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(second), params_of(straight)));
+  auto* a = dynamic_cast<ht::NowcastStrategy*>(straight.trainer->strategy());
+  auto* b = dynamic_cast<ht::NowcastStrategy*>(second.trainer->strategy());
+  EXPECT_EQ(a->summary().kept, 3);
+  EXPECT_EQ(b->summary().kept, 3);
+  EXPECT_EQ(b->summary().recorded_states, a->summary().recorded_states);
+
+  // Another period does not resume it.
+  toy::MlpRun other(60);
+  other.trainer->set_strategy(ht::make_nowcast_strategy(options(40, 8), scripted(continue_drift)));
+  EXPECT_THROW(other.trainer->load_checkpoint(path), ht::CheckpointMismatch);
+}
+
+TEST(NowcastStrategy, TheReleasedWnnPlusJumpsAToyMlp) {
+  // The registry's loader with the vendored weights, end to end on a model it never saw.
+  ht::NowcastStrategyOptions o = options(50, 40);
+  o.weights = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
+  toy::MlpRun run(200);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o));
+  run.trainer->fit();
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  EXPECT_EQ(s->summary().jumps + s->summary().skipped, 4);
+  EXPECT_EQ(s->summary().kept + s->summary().undone, s->summary().jumps);
+  EXPECT_GT(s->summary().predict_ms, 0.0);
+  // 5 recorded states of the parameters, and what WNN+ keeps; the planner's figure is the same
+  // 5 copies (as the allocator rounds them) and its 256 KiB allowance for the 0.2 MiB of weights.
+  std::vector<int64_t> numels;
+  for (const auto& p : params_of(run)) numels.push_back(p.numel());
+  const int64_t copies = ht::parameter_copies_bytes(numels, 5);
+  EXPECT_GE(s->state_bytes(), 5 * 5313 * 4);
+  EXPECT_EQ(ht::nowcast_state_bytes(numels, o), copies + (256 << 10));
+  EXPECT_GE(ht::nowcast_state_bytes(numels, o), s->state_bytes() - (64 << 10));
+}
+
+TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
+  auto error_of = [](const std::function<void(ht::NowcastStrategyOptions&)>& change) {
+    ht::NowcastStrategyOptions o = options(1000, 40);
+    o.weights = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
+    change(o);
+    try {
+      ht::make_nowcast_strategy(o);
+    } catch (const ht::OptionsError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.period = 1002; }), "period = 1002: must be a positive multiple of 5"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.model = "gnn"; }), "model = \"gnn\": must be one of \"wnn\", \"nino\""));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.horizon_min = 50; }), "horizon_max = 40: must be >= NowcastStrategyOptions.horizon_min"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.horizon_power = 0; }), "horizon_power = 0: must be > 0"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.tolerance = 2; }), "tolerance = 2: must be in [0, 1]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.probe_batches = 0; }), "probe_batches = 0"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.architecture = "gpt2"; }), "n_head = 0"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.weights = "/nonexistent/w.safetensors"; }), "cannot read the file"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.weights.clear(); }), "nino_mlp.safetensors"));
+  EXPECT_EQ(error_of([](auto&) {}), "no error");
+  EXPECT_THROW(ht::parse_optimizer_state("zero"), ht::OptionsError);
+
+  // Past the nowcaster's reach: found when it is built, at the first step.
+  toy::MlpRun run(10);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(options(1000, 41), scripted(continue_drift)));
+  EXPECT_THROW(run.trainer->train_step(), ht::OptionsError);
+
+  // An optimizer that cannot reset its state is refused at the first step, not at the first jump.
+  toy::MlpRun reset(20);
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.optimizer_state = ht::NowcastStrategyOptions::OptimizerState::Reset;
+  reset.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(continue_drift)));
+  try {
+    reset.trainer->train_step();
+    ADD_FAILURE() << "no error";
+  } catch (const ht::OptionsError& e) {
+    EXPECT_TRUE(contains(e.what(), "nowcast.optimizer_state=keep")) << e.what();
+  }
+}
