@@ -41,6 +41,7 @@ struct Scenario {
   int64_t perturb_at = 0;      // rank 1 nudges a weight after this step
   int64_t kill_at = 0;         // rank 1 sends itself SIGKILL after this step
   int64_t freeze_at = 0;       // rank 1 sends itself SIGSTOP after this step
+  int64_t oom_rows = 0;        // rank 0's loss runs "out of memory" on chunks of more rows
   double timeout = 20;         // dist timeout, seconds
 
   std::vector<std::pair<std::string, std::string>> vars() const {
@@ -49,7 +50,8 @@ struct Scenario {
             {"HT_T_CKPT", ckpt},                           {"HT_T_CKPT_EVERY", std::to_string(ckpt_every)},
             {"HT_T_RESUME", resume ? "1" : "0"},           {"HT_T_CHECKSUM", std::to_string(checksum_every)},
             {"HT_T_PERTURB", std::to_string(perturb_at)},  {"HT_T_KILL", std::to_string(kill_at)},
-            {"HT_T_FREEZE", std::to_string(freeze_at)},    {"HT_T_TIMEOUT", std::to_string(timeout)}};
+            {"HT_T_FREEZE", std::to_string(freeze_at)},    {"HT_T_TIMEOUT", std::to_string(timeout)},
+            {"HT_T_OOM_ROWS", std::to_string(oom_rows)}};
   }
   static Scenario from_env() {
     auto num = [](const char* k) { return std::strtod(std::getenv(k), nullptr); };
@@ -66,6 +68,7 @@ struct Scenario {
     s.kill_at = static_cast<int64_t>(num("HT_T_KILL"));
     s.freeze_at = static_cast<int64_t>(num("HT_T_FREEZE"));
     s.timeout = num("HT_T_TIMEOUT");
+    s.oom_rows = static_cast<int64_t>(num("HT_T_OOM_ROWS"));
     return s;
   }
 };
@@ -284,6 +287,14 @@ int run_dist_worker(const std::string& /*scenario*/) {
     auto group = dist::ProcessGroup::create(po);
     auto net = make_net();
     auto objective = toy_objective(net);
+    if (s.oom_rows > 0 && env.rank == 0) {
+      // Rank 0 alone "runs out of memory" on large chunks: a failure the other rank must share.
+      objective = make_objective(net, [net, rows = s.oom_rows](const Batch& b) {
+        if (b.input.size(0) > rows)
+          throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "simulated: too many rows");
+        return torch::mse_loss(net->forward(b.input), b.target);
+      });
+    }
     dist::ShardedData data(std::make_unique<ToyData>(s.batch, 7), env.rank, env.world_size);
     // Buckets of 64 and 128 bytes: the toy net's 65 parameters spread over three of them.
     const int64_t bucket = 128;
@@ -302,6 +313,7 @@ int run_dist_worker(const std::string& /*scenario*/) {
     const EvalRecord r = trainer.fit();
     group->shutdown();
     if (env.rank == 0) write_result(out + ".result", {flat_weights(*net), r.val_loss});
+    std::ofstream(out + ".splits." + std::to_string(env.rank)) << trainer.options().micro_splits;
     return 0;
   } catch (const dist::DistributedError& e) {
     std::ofstream(out + ".error." + std::to_string(env.rank)) << e.what();
@@ -417,6 +429,20 @@ TEST(DataParallel, AFrozenRankIsNamedWhenTheTimeoutExpires) {
   EXPECT_NE(msg.find("rank 1 stopped responding"), std::string::npos) << msg;
   std::printf("rank 0 stopped %.2f s after the start: %s\n", e.seconds, msg.c_str());
   ranks.kill_all();
+  fs::remove_all(dir);
+}
+
+// The memory ladder under DP: rank 0 alone fails a step; every rank rewinds and retries it, and
+// both take the same rung (two micro-batches), so no collective is left waiting.
+TEST(DataParallel, AnOutOfMemoryOnOneRankIsRetriedByEveryRankAlike) {
+  const std::string dir = scratch("oom");
+  Scenario s;
+  s.steps = 20;
+  s.oom_rows = 16;  // each rank's shard is 32 rows: rank 0 fits only half of it
+  const Result r = run_ranks(2, s, dir + "/r");
+  EXPECT_EQ(read_text(dir + "/r.splits.0"), "2");
+  EXPECT_EQ(read_text(dir + "/r.splits.1"), "2");
+  expect_close(r, single_process(s));  // split batches give the same gradients
   fs::remove_all(dir);
 }
 
