@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <torch/version.h>
 #if defined(HT_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -22,6 +23,14 @@
 
 namespace ht::dist {
 namespace {
+
+// LibTorch 2.x made the backends (Gloo, NCCL) c10d::Backend subclasses; in 1.13 they are
+// ProcessGroups. The collectives used here have the same signatures in both.
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -83,7 +92,7 @@ struct ProcessGroup::Impl {
   Logger* logger = nullptr;
   std::string backend;
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<BackendBase> pg;
   // The heartbeat has its own store connection: the main thread may be blocked in one.
   c10::intrusive_ptr<c10d::TCPStore> beat_store;
   std::mutex beat_mutex;  // guards beat_store (the heartbeat thread and diagnose() share it)
@@ -303,6 +312,8 @@ void ProcessGroup::run(const std::string& what, const std::function<void()>& op)
     op();
   } catch (const OptionsError&) {
     throw;
+  } catch (const DistributedError&) {
+    throw;
   } catch (const std::exception& e) {
     impl_->failure = impl_->diagnose(what, e.what());
     throw DistributedError(impl_->failure);
@@ -310,16 +321,53 @@ void ProcessGroup::run(const std::string& what, const std::function<void()>& op)
   impl_->waited(std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
+namespace {
+
+// Enqueues a collective. A backend that refuses it (a tensor on the wrong device, a type it
+// lacks) is this rank's own error, found before any peer is involved: no diagnosis of peers.
+template <typename F>
+c10::intrusive_ptr<c10d::Work> enqueue(const std::string& backend, int rank, const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    throw DistributedError("rank " + std::to_string(rank) + ": the " + backend + " backend refused " + what + ": " +
+                           e.what());
+  }
+}
+
+// NCCL reduces device tensors only: host values (the step's agreement, losses, checksums) are
+// staged through the rank's GPU and copied back.
+struct Staged {
+  std::vector<at::Tensor> device;  // what the backend sees
+  std::vector<at::Tensor> host;    // the caller's tensors, refreshed by done()
+  Staged(std::vector<at::Tensor>& ts, bool stage, int local_rank) : host(ts) {
+    for (const auto& t : ts)
+      device.push_back(stage && t.is_cpu() ? t.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank))) : t);
+  }
+  void done() {
+    for (size_t i = 0; i < host.size(); ++i)
+      if (!device[i].is_same(host[i])) host[i].copy_(device[i]);
+  }
+};
+
+}  // namespace
+
 void ProcessGroup::allreduce_sum(std::vector<at::Tensor>& tensors) {
   impl_->count(nbytes(tensors), impl_->ring_allreduce(nbytes(tensors)));
-  run("an allreduce", [&] { impl_->pg->allreduce(tensors)->wait(); });
+  Staged st(tensors, impl_->backend == "nccl", impl_->opt.env.local_rank);
+  auto w = enqueue(backend(), rank(), "an allreduce", [&] { return impl_->pg->allreduce(st.device); });
+  run("an allreduce", [&] { w->wait(); });
+  st.done();
 }
 
 void ProcessGroup::allreduce_max(std::vector<at::Tensor>& tensors) {
   impl_->count(nbytes(tensors), impl_->ring_allreduce(nbytes(tensors)));
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
-  run("an allreduce", [&] { impl_->pg->allreduce(tensors, o)->wait(); });
+  Staged st(tensors, impl_->backend == "nccl", impl_->opt.env.local_rank);
+  auto w = enqueue(backend(), rank(), "an allreduce", [&] { return impl_->pg->allreduce(st.device, o); });
+  run("an allreduce", [&] { w->wait(); });
+  st.done();
 }
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
@@ -327,57 +375,74 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
   c10d::BroadcastOptions o;
   o.rootRank = root;
   o.rootTensor = 0;
-  run("a broadcast from rank " + std::to_string(root), [&] { impl_->pg->broadcast(tensors, o)->wait(); });
+  const std::string what = "a broadcast from rank " + std::to_string(root);
+  Staged st(tensors, impl_->backend == "nccl", impl_->opt.env.local_rank);
+  auto w = enqueue(backend(), rank(), what, [&] { return impl_->pg->broadcast(st.device, o); });
+  run(what, [&] { w->wait(); });
+  st.done();
 }
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
-  std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < world_size(); ++r) out[0].push_back(at::empty_like(tensor));
   std::vector<at::Tensor> in{tensor.contiguous()};
+  Staged st(in, impl_->backend == "nccl", impl_->opt.env.local_rank);
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < world_size(); ++r) out[0].push_back(at::empty_like(st.device[0]));
   const int64_t total = nbytes(in) * world_size();
   impl_->count(total, impl_->ring_gather(total));
-  run("an all-gather", [&] { impl_->pg->allgather(out, in)->wait(); });
+  auto w = enqueue(backend(), rank(), "an all-gather", [&] { return impl_->pg->allgather(out, st.device); });
+  run("an all-gather", [&] { w->wait(); });
+  for (auto& t : out[0]) t = t.to(tensor.device());
   return out[0];
 }
 
 void ProcessGroup::gather(const at::Tensor& input, at::Tensor& output, int root) {
   std::vector<at::Tensor> in{input.contiguous()};
+  Staged st(in, impl_->backend == "nccl", impl_->opt.env.local_rank);
   std::vector<std::vector<at::Tensor>> out;
+  at::Tensor staged_out;
   if (rank() == root) {
+    staged_out = st.device[0].is_same(in[0]) ? output : output.to(st.device[0].device());
     out.resize(1);
     const int64_t n = input.numel();
-    for (int r = 0; r < world_size(); ++r) out[0].push_back(output.view({-1}).narrow(0, r * n, n).view(input.sizes()));
+    for (int r = 0; r < world_size(); ++r)
+      out[0].push_back(staged_out.view({-1}).narrow(0, r * n, n).view(input.sizes()));
   }
   const int64_t total = nbytes(in) * world_size();
   impl_->count(total, rank() == root ? 0 : nbytes(in));
   c10d::GatherOptions o;
   o.rootRank = root;
-  run("a gather to rank " + std::to_string(root), [&] { impl_->pg->gather(out, in, o)->wait(); });
+  const std::string what = "a gather to rank " + std::to_string(root);
+  auto w = enqueue(backend(), rank(), what, [&] { return impl_->pg->gather(out, st.device, o); });
+  run(what, [&] { w->wait(); });
+  if (rank() == root && !staged_out.is_same(output)) output.copy_(staged_out);
 }
 
 void ProcessGroup::barrier() {
   impl_->count(0, 0);
-  run("a barrier", [&] { impl_->pg->barrier()->wait(); });
+  auto w = enqueue(backend(), rank(), "a barrier", [&] { return impl_->pg->barrier(); });
+  run("a barrier", [&] { w->wait(); });
 }
 
 std::unique_ptr<PendingWork> ProcessGroup::start_allreduce_sum(at::Tensor tensor) {
+  if (!impl_->failure.empty()) throw DistributedError(impl_->failure);
   auto w = std::make_unique<Work>();
   std::vector<at::Tensor> ts{std::move(tensor)};
   w->payload = nbytes(ts);
   w->sent = impl_->ring_allreduce(w->payload);
   impl_->count(w->payload, w->sent);
-  run("the gradient allreduce", [&] { w->work = impl_->pg->allreduce(ts); });
+  w->work = enqueue(backend(), rank(), "the gradient allreduce", [&] { return impl_->pg->allreduce(ts); });
   return w;
 }
 
 std::unique_ptr<PendingWork> ProcessGroup::start_all_gather(at::Tensor input, std::vector<at::Tensor> outputs) {
+  if (!impl_->failure.empty()) throw DistributedError(impl_->failure);
   auto w = std::make_unique<Work>();
   std::vector<at::Tensor> in{std::move(input)};
   std::vector<std::vector<at::Tensor>> out{std::move(outputs)};
   w->payload = nbytes(in) * world_size();
   w->sent = impl_->ring_gather(w->payload);
   impl_->count(w->payload, w->sent);
-  run("the parameter all-gather", [&] { w->work = impl_->pg->allgather(out, in); });
+  w->work = enqueue(backend(), rank(), "the parameter all-gather", [&] { return impl_->pg->allgather(out, in); });
   return w;
 }
 

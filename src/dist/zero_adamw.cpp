@@ -20,8 +20,9 @@ class ZeroAdamW final : public SingleRateOptimizer, public ShardedOptimizerState
       : SingleRateOptimizer(o.lr), params_(std::move(params)), o_(o), group_(group) {
     validate(o_);
     for (const auto& p : params_) {
-      if (p.scalar_type() != at::kFloat || !p.is_contiguous())
-        throw OptionsError("dist.shard_optimizer: every parameter must be a contiguous float32 tensor");
+      if (p.scalar_type() != at::kFloat || !p.is_contiguous() || !p.is_cpu())
+        throw OptionsError("dist.shard_optimizer: every parameter must be a contiguous float32 tensor on the CPU "
+                           "(its update loop is the CPU AdamW's); leave it off on a GPU");
       offsets_.push_back(total_);
       total_ += p.numel();
     }
