@@ -30,8 +30,10 @@ class ZeroAdamW final : public SingleRateOptimizer, public ShardedOptimizerState
     chunk_ = (total_ + n - 1) / n;
     begin_ = std::min(total_, chunk_ * group_.rank());
     end_ = std::min(total_, begin_ + chunk_);
-    // The all-gather's window: N slices of `window_` floats in flight, about bucket_bytes in all.
-    window_ = std::max<int64_t>(1, std::min(chunk_, bucket_bytes / 4 / n));
+    // The all-gather's window: N slices of `window_` floats in flight, at most bucket_bytes in
+    // all and an eighth of the range, so its buffers ((N + 1) windows) stay small beside the
+    // moments sharding saves; small models pay a few more rounds of latency for it.
+    window_ = std::max<int64_t>(1, std::min((chunk_ + 7) / 8, bucket_bytes / 4 / n));
     torch::NoGradGuard no_grad;
     m_ = torch::zeros({end_ - begin_}, params_.front().options());
     v_ = torch::zeros({end_ - begin_}, params_.front().options());

@@ -69,7 +69,7 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
       int64_t total = 0;
       for (int64_t n : numels) total += n;
       const int64_t chunk = (total + levers.ranks - 1) / levers.ranks;
-      const int64_t window = std::max<int64_t>(1, std::min(chunk, levers.bucket_bytes / kF32 / levers.ranks));
+      const int64_t window = std::max<int64_t>(1, std::min((chunk + 7) / 8, levers.bucket_bytes / kF32 / levers.ranks));
       e.optimizer_state = 2 * blk(chunk * kF32) + blk(window * kF32) + blk(window * levers.ranks * kF32);
     }
   }

@@ -60,7 +60,8 @@ class ShardedData final : public DataSource {
 
 // ZeRO stage 1 AdamW: the parameters, flattened in order, are cut into N equal ranges; this rank
 // keeps both moments of its range only (8/N bytes per parameter instead of 8), updates its range
-// from the averaged gradients and all-gathers the parameters in windows of bucket_bytes. Same
+// from the averaged gradients and all-gathers the parameters in windows (at most bucket_bytes in
+// flight and an eighth of a range, whose buffers cost (N + 1) / 8 of a range). Same
 // maths as make_adamw, element for element. Checkpoints hold the moments gathered to rank 0 in
 // make_adamw's layout (DataParallel::before_checkpoint gathers them), so a checkpoint loads into
 // sharded and unsharded runs and into any number of ranks.
