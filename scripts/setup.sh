@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev
   dataset-fashion-mnist bible-kjv bible-kjv-text
   python3-torch gnuplot-nox
+  libgloo-dev
 )
 
 missing=()

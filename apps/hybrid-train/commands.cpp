@@ -7,12 +7,14 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "config.h"
 #include "console_logger.h"
+#include "launch.h"
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint.h"
 #include "hybrid/core/checkpoint_file.h"
@@ -20,6 +22,7 @@
 #include "hybrid/core/trainer.h"
 #include "hybrid/data/byte_codec.h"
 #include "hybrid/kernels/precision.h"
+#include "hybrid/dist/process_group.h"
 #include "hybrid/models/generate.h"
 #include "hybrid/models/gpt.h"
 #include "session.h"
@@ -157,22 +160,39 @@ std::string memory_budget_text() {
   return "memory.budget = " + (budget >= (1 << 20) ? mib(budget) : std::to_string(budget) + " B");
 }
 
-int run_train(const std::vector<std::string>& args) {
-  // Before the slow start-up, so SIGINT and SIGTERM give 130 wherever they land (SIGTERM's
-  // default action was exit status 143 until training began).
-  g_starting_up = true;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  const Config c = load_config(args);
-  const int threads = set_threads(static_cast<int>(c.get_int("run.threads")));
+namespace {
+
+std::string g_rank_prefix;
+
+// Ranks other than 0 print no progress (rank 0 speaks for the job): their warnings and errors
+// go to stderr, marked with the rank.
+class RankLogger final : public Logger {
+ public:
+  void on_message(Level level, const std::string& text) override {
+    if (level == Level::Warning || level == Level::Error)
+      std::fprintf(stderr, "%swarning: %s\n", g_rank_prefix.c_str(), text.c_str());
+  }
+};
+
+// run.threads = 0 means all cores, shared by the processes of this machine.
+int thread_count(const Config& c, const dist::DistEnvironment& env) {
+  const int asked = static_cast<int>(c.get_int("run.threads"));
+  if (asked > 0) return asked;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / env.local_world_size);
+}
+
+int train(const Config& c, dist::ProcessGroup* group) {
+  const bool lead = !group || group->rank() == 0;  // rank 0 prints and writes metrics
   set_memory_budget(c.get_bytes("memory.budget"));
   TrainerOptions options = trainer_options(c);  // config errors before any data is loaded
   if (c.get_string("run.mode") == "nowcast") build_strategy(c);  // its keys and weights file, too
   std::vector<SkippedCheckpoint> skipped;
   const auto saved = list_checkpoints(options.checkpoint.dir, &skipped);
   for (const auto& f : skipped)
-    std::fprintf(stderr, "warning: skipping '%s': %s; it is not a checkpoint this run can use (rename or move it)\n",
-                 f.path.c_str(), f.reason.c_str());
+    if (lead)
+      std::fprintf(stderr, "warning: skipping '%s': %s; it is not a checkpoint this run can use (rename or move it)\n",
+                   f.path.c_str(), f.reason.c_str());
   const bool resuming = c.get_bool("checkpoint.resume") && !saved.empty();
   if (!c.get_bool("checkpoint.resume") && !saved.empty())
     throw ConfigError("checkpoint.resume = false, but '" + options.checkpoint.dir + "' holds " +
@@ -181,25 +201,37 @@ int run_train(const std::vector<std::string>& args) {
                       "set run.out_dir to another directory");
   const std::string precision_switch = resuming ? check_resumable_model(c, saved) : "";
   Session s = in_stage("loading the data and building the model",
-                       [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming); });
-  if (!s.precision_warning.empty()) std::fprintf(stderr, "warning: %s\n", s.precision_warning.c_str());
-  if (!precision_switch.empty()) std::printf("%s\n", precision_switch.c_str());
+                       [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/!resuming, group); });
+  if (!s.precision_warning.empty()) std::fprintf(stderr, "%swarning: %s\n", g_rank_prefix.c_str(), s.precision_warning.c_str());
+  if (!precision_switch.empty() && lead) std::printf("%s\n", precision_switch.c_str());
   set_recompute_hooks(s, c, options);
   const fs::path out_dir = c.get_string("run.out_dir");
   fs::create_directories(out_dir);
 
   auto console = std::make_shared<ConsoleLogger>(options.max_steps, c.get_int("run.log_every"));
   MultiLogger logger;
-  logger.add(console);
-  logger.add(make_jsonl_logger((out_dir / "metrics.jsonl").string(), /*append=*/resuming));
-  auto notes = std::make_shared<KernelNotesLogger>(console);
-  logger.add(notes);
+  std::shared_ptr<KernelNotesLogger> notes;  // kernels that ran another way than asked, said once
+  if (lead) {
+    logger.add(console);
+    logger.add(make_jsonl_logger((out_dir / "metrics.jsonl").string(), /*append=*/resuming));
+    notes = std::make_shared<KernelNotesLogger>(console);
+    logger.add(notes);
+  } else {
+    logger.add(std::make_shared<RankLogger>());
+  }
+  if (group) set_data_parallel(s, c, *group, options, &logger);  // broadcasts rank 0's weights
 
   Trainer trainer(*s.objective, *s.optimizer, *s.data, options, &logger);
   trainer.set_strategy(build_strategy(c, &s));
-  std::printf("model   %s\ndata    %s\nrun     %s mode, %s, %d threads, output in %s\n", s.model_summary.c_str(),
-              s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(), threads,
-              out_dir.c_str());
+  if (lead) {
+    std::printf("model   %s\ndata    %s\nrun     %s mode, %s, %d threads, output in %s\n", s.model_summary.c_str(),
+                s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(),
+                at::get_num_threads(), out_dir.c_str());
+    if (group)
+      std::printf("ranks   %d processes (%s), batch %lld per step shared among them%s\n", group->world_size(),
+                  group->backend().c_str(), static_cast<long long>(c.get_int("data.batch_size")),
+                  c.get_bool("dist.shard_optimizer") ? ", AdamW moments sharded (ZeRO-1)" : "");
+  }
   if (resuming) {
     const std::string from = in_stage("resuming from '" + options.checkpoint.dir + "'",
                                       [&] { return trainer.resume_latest(options.checkpoint.dir); });
@@ -207,7 +239,7 @@ int run_train(const std::vector<std::string>& args) {
       throw CheckpointError("no readable checkpoint in '" + options.checkpoint.dir +
                             "' (each one's problem is listed above); move them away, or set "
                             "run.out_dir to another directory to start over");
-    if (trainer.step() >= options.max_steps)
+    if (trainer.step() >= options.max_steps && lead)
       std::printf("the checkpoint is already at step %lld of %lld: raise train.steps to train further\n",
                   static_cast<long long>(trainer.step()), static_cast<long long>(options.max_steps));
   }
@@ -219,7 +251,9 @@ int run_train(const std::vector<std::string>& args) {
   const int64_t first_step = trainer.step();
   const EvalRecord final_eval = trainer.fit();
   g_running_trainer = nullptr;
-  notes->flush();
+  if (notes) notes->flush();
+  if (group) group->shutdown();  // every rank is done with collectives; only rank 0 goes on
+  if (!lead) return g_interrupted ? kInterrupted : kOk;
   logger.on_message(Level::Info, trainer.memory_summary().to_string());  // terminal and metrics.jsonl
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -250,6 +284,45 @@ int run_train(const std::vector<std::string>& args) {
     return kInterrupted;
   }
   return kOk;
+}
+
+}  // namespace
+
+const std::string& rank_prefix() { return g_rank_prefix; }
+
+int run_train(const std::vector<std::string>& args) {
+  // Before the slow start-up, so SIGINT and SIGTERM give 130 wherever they land (SIGTERM's
+  // default action was exit status 143 until training began).
+  g_starting_up = true;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  const dist::DistEnvironment env = dist::environment_from_env();
+  if (env.distributed()) g_rank_prefix = "[rank " + std::to_string(env.rank) + "] ";
+  const Config c = load_config(args);
+  set_threads(thread_count(c, env));
+  if (!env.distributed()) return train(c, nullptr);
+  dist::ProcessGroupOptions po;
+  po.env = env;
+  po.backend = c.get_string("dist.backend");
+  po.timeout_seconds = c.get_float("dist.timeout");
+  std::unique_ptr<dist::ProcessGroup> group = dist::ProcessGroup::create(po);
+  try {
+    return train(c, group.get());
+  } catch (const dist::DistributedError&) {
+    throw;  // another rank's failure (or the replicas'): this rank did nothing wrong to report
+  } catch (const std::exception& e) {
+    // The other ranks will find this rank gone: they name it and quote this message.
+    group->report_failure(e.what());
+    throw;
+  }
+}
+
+int run_train_launcher(int nproc, const std::vector<std::string>& args) {
+  if (dist::environment_from_env().distributed())
+    throw ConfigError("--nproc starts local processes itself; under a launcher that set WORLD_SIZE leave it out");
+  const Config c = load_config(args);  // a bad config is reported once, not by every rank
+  // Each rank notices a failed one within dist.timeout plus a few heartbeats.
+  return launch_local(nproc, args, c.get_float("dist.timeout") + 30.0);
 }
 
 int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides) {

@@ -26,6 +26,8 @@ enum ExitCode : int {
   kOutOfMemory = 5,      // memory ladder exhausted (an emergency checkpoint was written), or
                          // out of memory before training (data, model, checkpoint loading)
   kPlanDoesNotFit = 6,   // plan: the config's estimated peak exceeds the budget
+  kDistributedFailure = 7,  // data-parallel: a rank died, hung or failed, or the replicas' weights
+                            // differ (the message names the rank; rerun to resume)
   kInterrupted = 130,    // SIGINT/SIGTERM: stopped after saving a checkpoint (or in start-up)
 };
 
@@ -38,12 +40,19 @@ struct SampleOptions {
 };
 
 // config_and_overrides: an optional .toml path first, then key=value overrides.
+// Under a launcher (WORLD_SIZE > 1 in the environment) this process is one rank of a
+// data-parallel run; `--nproc N` starts N of them locally first (launch.h).
 int run_train(const std::vector<std::string>& config_and_overrides);
+// `train --nproc N`: validates the config once, then launches the N ranks.
+int run_train_launcher(int nproc, const std::vector<std::string>& config_and_overrides);
+// "[rank 1] " in a data-parallel rank's messages, "" otherwise.
+const std::string& rank_prefix();
 int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides);
 int run_sample(const std::string& checkpoint, const SampleOptions& options);
 int run_info(const std::string& checkpoint);
 // budget: a size ("8GiB", bytes, fraction of RAM); empty = memory.budget from the config.
-int run_plan(const std::vector<std::string>& config_and_overrides, const std::string& budget);
+// nproc > 1: also one rank's memory in a data-parallel run of that many processes.
+int run_plan(const std::vector<std::string>& config_and_overrides, const std::string& budget, int nproc = 1);
 int run_config(const std::vector<std::string>& config_and_overrides, bool list_keys);
 
 }  // namespace ht::cli

@@ -154,6 +154,15 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.optimizer_state", T::String, to_string(N.optimizer_state), {"keep", "reset", "rescale"}, "optimizer state after a kept jump: keep, reset (as new), rescale (first moment x momentum_scale)"},
       {"nowcast.momentum_scale", T::Float, num(N.momentum_scale), {}, "optimizer_state = rescale: factor on the first moment", R::in(0, 1)},
 
+      // Data-parallel runs only (train --nproc N, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set).
+      {"dist.backend", T::String, "gloo", {"gloo", "nccl"}, "c10d backend: gloo (CPU); nccl needs a CUDA LibTorch"},
+      {"dist.shard_optimizer", T::Bool, "false", {}, "ZeRO-1: each rank keeps the AdamW moments of 1/N of the parameters and all-gathers the weights"},
+      {"dist.bucket_mb", T::Float, "25", {}, "gradient allreduce bucket size in MiB (the first bucket: dist.first_bucket_mb)", R::in(0, 1 << 20).open_lo()},
+      {"dist.first_bucket_mb", T::Float, "1", {}, "size of the first gradient bucket in MiB (small, so communication starts early in backward)", R::in(0, 1 << 20).open_lo()},
+      {"dist.overlap", T::Bool, "true", {}, "start each bucket's allreduce while backward still runs; false: after backward"},
+      {"dist.timeout", T::Float, "120", {}, "seconds a collective may wait for the other ranks before the run stops naming the rank", R::in(1, 86400)},
+      {"dist.checksum_every", T::Int, "100", {}, "compare a checksum of the weights across ranks every n steps (and at every checkpoint); 0 = at checkpoints only", R::in(0, kSteps).means("0 = at checkpoints only")},
+
       {"sample.prompt", T::String, "And God said", {}, "prompt for `sample` and the end of `train`", {}, /*non_empty=*/true},
       {"sample.tokens", T::Int, "200", {}, "tokens to generate", R::in(0, kMillion)},
       {"sample.temperature", T::Float, "0.8", {}, "sampling temperature; 0 = greedy", R::in(0, 100).means("0 = greedy")},

@@ -11,6 +11,7 @@
 #include "hybrid/core/checkpoint_file.h"
 #include "hybrid/core/metrics.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/dist/process_group.h"
 #include "session.h"
 
 using namespace ht::cli;
@@ -35,8 +36,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::vector<std::string> train_args;
-  auto* train = app.add_subcommand("train", "train a model: hybrid-train train [CONFIG.toml] [section.key=value ...]");
+  int nproc = 1;
+  auto* train = app.add_subcommand("train", "train a model: hybrid-train train [--nproc N] [CONFIG.toml] [section.key=value ...]");
   train->add_option("args", train_args, "a config file from configs/, then overrides such as train.steps=500");
+  train->add_option("--nproc", nproc, "data-parallel: start N local processes (each trains on 1/N of every batch)")
+      ->check(CLI::Range(1, 1024));
 
   std::string eval_ckpt;
   std::vector<std::string> eval_overrides;
@@ -69,6 +73,9 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "estimate peak memory and the settings that fit a budget");
   plan->add_option("args", plan_args, "a config file, then overrides");
   plan->add_option("--budget", plan_budget, "memory to fit: bytes, 8GiB, or a fraction of RAM (default memory.budget)");
+  int plan_nproc = 1;
+  plan->add_option("--nproc", plan_nproc, "also show one rank's memory with N data-parallel processes")
+      ->check(CLI::Range(1, 1024));
 
   try {
     app.parse(argc, argv);
@@ -77,49 +84,52 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*train) return run_train(train_args);
+    if (*train) return nproc > 1 ? run_train_launcher(nproc, train_args) : run_train(train_args);
     if (*eval) return run_eval(eval_ckpt, eval_overrides);
     if (*sample) return run_sample(sample_ckpt, sample_opts);
     if (*info) return run_info(info_ckpt);
     if (*config) return run_config(config_args, list_keys);
-    if (*plan) return run_plan(plan_args, plan_budget);
+    if (*plan) return run_plan(plan_args, plan_budget, plan_nproc);
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "config error: %s\n", e.what());
+    std::fprintf(stderr, "%sconfig error: %s\n", rank_prefix().c_str(), e.what());
     return kBadUsage;
   } catch (const DataError& e) {
-    std::fprintf(stderr, "data error: %s\n", e.what());
+    std::fprintf(stderr, "%sdata error: %s\n", rank_prefix().c_str(), e.what());
     return kDataUnavailable;
   } catch (const ht::CheckpointMismatch& e) {
-    std::fprintf(stderr, "checkpoint error: %s%s\n", e.what(), mismatch_hint(e.part).c_str());
+    std::fprintf(stderr, "%scheckpoint error: %s%s\n", rank_prefix().c_str(), e.what(), mismatch_hint(e.part).c_str());
     return kBadCheckpoint;
   } catch (const ht::CheckpointError& e) {
-    std::fprintf(stderr, "checkpoint error: %s\n", e.what());
+    std::fprintf(stderr, "%scheckpoint error: %s\n", rank_prefix().c_str(), e.what());
     return kBadCheckpoint;
   } catch (const ht::OutOfMemoryExit& e) {
-    std::fprintf(stderr, "out of memory: %s\n", e.what());
+    std::fprintf(stderr, "%sout of memory: %s\n", rank_prefix().c_str(), e.what());
     return kOutOfMemory;
   } catch (const OutOfMemoryError& e) {
-    std::fprintf(stderr, "out of memory while %s\n", e.what());
+    std::fprintf(stderr, "%sout of memory while %s\n", rank_prefix().c_str(), e.what());
     return kOutOfMemory;
   } catch (const c10::OutOfMemoryError& e) {  // a stage no in_stage() names
-    std::fprintf(stderr, "out of memory: %s; %s: raise it (0 = no budget), or lower data.batch_size or the model size\n",
+    std::fprintf(stderr, "%sout of memory: %s; %s: raise it (0 = no budget), or lower data.batch_size or the model size\n", rank_prefix().c_str(),
                  e.what_without_backtrace(), memory_budget_text().c_str());
     return kOutOfMemory;
   } catch (const ht::MetricsWriteError& e) {
-    std::fprintf(stderr, "metrics error: %s. Checkpoints already written are intact: make room and run the "
-                 "same command again to resume\n", e.what());
+    std::fprintf(stderr, "%smetrics error: %s. Checkpoints already written are intact: make room and run the "
+                 "same command again to resume\n", rank_prefix().c_str(), e.what());
     return kTrainingFailed;
+  } catch (const ht::dist::DistributedError& e) {
+    std::fprintf(stderr, "%sdistributed error: %s\n", rank_prefix().c_str(), e.what());
+    return kDistributedFailure;
   } catch (const ht::TrainingError& e) {
-    std::fprintf(stderr, "training stopped: %s\n", e.what());
+    std::fprintf(stderr, "%straining stopped: %s\n", rank_prefix().c_str(), e.what());
     return kTrainingFailed;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%serror: %s\n", rank_prefix().c_str(), e.what());
     return kBadUsage;
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+    std::fprintf(stderr, "%serror: %s\n", rank_prefix().c_str(), e.what_without_backtrace());
     return kTrainingFailed;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%serror: %s\n", rank_prefix().c_str(), e.what());
     return kTrainingFailed;
   }
   return kBadUsage;

@@ -153,7 +153,41 @@ MemoryEstimate estimate_memory(const PlanInputs& in) {
   return estimate_model_memory(find_model(in.kind), *model_settings(in.config), data, in.shape, in.levers);
 }
 
-int run_plan(const std::vector<std::string>& args, const std::string& budget_text) {
+namespace {
+
+// Per rank of a data-parallel run: the rank's share of the batch, gradients in allreduce
+// buckets, and the optimizer state replicated or sharded (ZeRO-1).
+void print_data_parallel(const Config& c, const PlanInputs& in, int nproc) {
+  PlanInputs r = in;
+  r.shape.batch = (in.shape.batch + nproc - 1) / nproc;
+  r.levers.ranks = nproc;
+  r.levers.bucket_bytes = static_cast<int64_t>(c.get_float("dist.bucket_mb") * 1048576.0);
+  r.levers.first_bucket_bytes = static_cast<int64_t>(c.get_float("dist.first_bucket_mb") * 1048576.0);
+  r.levers.shard_optimizer = false;
+  const MemoryEstimate rep = estimate_memory(r);
+  r.levers.shard_optimizer = true;
+  const MemoryEstimate sh = estimate_memory(r);
+  const bool can_shard = in.levers.optimizer == OptimizerKind::AdamW;
+  std::printf("\nper rank, %d processes (batch %lld of %lld each, at most):\n", nproc,
+              static_cast<long long>(r.shape.batch), static_cast<long long>(in.shape.batch));
+  std::printf("  %-20s %14s %14s\n", "", "replicated", can_shard ? "sharded" : "(sharded: AdamW only)");
+  auto row = [&](const char* name, int64_t a, int64_t b) {
+    std::printf("  %-20s %14s %14s\n", name, mib(a).c_str(), can_shard ? mib(b).c_str() : "-");
+  };
+  row("parameters", rep.params, sh.params);
+  row("gradients (buckets)", rep.grads, sh.grads);
+  row("optimizer state", rep.optimizer_state, sh.optimizer_state);
+  if (rep.mode_state > 0) row("mode state", rep.mode_state, sh.mode_state);
+  row("activations", rep.activations, sh.activations);
+  row("transient", rep.transient, sh.transient);
+  row("peak", rep.peak, sh.peak);
+  std::printf("  (sharded: dist.shard_optimizer=true keeps the AdamW moments of 1/%d of the parameters and an\n"
+              "  all-gather window; a checkpoint gathers the moments on rank 0 for the time of the save)\n", nproc);
+}
+
+}  // namespace
+
+int run_plan(const std::vector<std::string>& args, const std::string& budget_text, int nproc) {
   const Config c = load_config(args);
   const PlanInputs in = plan_inputs(c);
   const int64_t budget = budget_text.empty() ? c.get_bytes("memory.budget") : parse_size(budget_text);
@@ -201,6 +235,7 @@ int run_plan(const std::vector<std::string>& args, const std::string& budget_tex
       std::printf("the memory levers are GPT's; lower data.batch_size (raise optim.grad_accum to keep the effective batch)\n");
     }
   }
+  if (nproc > 1) print_data_parallel(c, in, nproc);
   if (in.kind == "gpt") print_gpt2_table(in.shape.threads);
   return code;
 }

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "hybrid/core/checkpoint_file.h"
+#include "hybrid/dist/data_parallel.h"
 #include "hybrid/kernels/optimizers.h"
 #include "hybrid/data/fashion_mnist.h"
 #include "hybrid/hybrid/lookahead.h"
@@ -75,8 +76,12 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   }
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tensor> params) {
+std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tensor> params,
+                                           dist::ProcessGroup* group) {
   const std::string name = c.get_string("optim.name");
+  if (group && c.get_bool("dist.shard_optimizer") && name != "adamw")
+    throw ConfigError("dist.shard_optimizer = true shards AdamW's moments; optim.name = " + name +
+                      " is not supported with it: use optim.name = adamw or dist.shard_optimizer = false");
   try {
     if (name == "sgd") {
       SgdOptions o;
@@ -92,6 +97,8 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tens
     o.eps = c.get_float("optim.eps");
     o.weight_decay = c.get_float("optim.weight_decay");
     if (name == "adamw8bit") return make_adamw8bit(std::move(params), o);
+    if (group && c.get_bool("dist.shard_optimizer"))
+      return dist::make_zero_adamw(std::move(params), o, *group, static_cast<int64_t>(c.get_float("dist.bucket_mb") * 1048576.0));
     return make_adamw(std::move(params), o);
   } catch (const std::invalid_argument& e) {
     throw config_error(e);
@@ -166,7 +173,7 @@ void set_recompute_hooks(Session& s, const Config& c, TrainerOptions& options) {
   };
 }
 
-Session build_session(const Config& c, bool with_data, bool load_init_from) {
+Session build_session(const Config& c, bool with_data, bool load_init_from, dist::ProcessGroup* group) {
   Session s;
   torch::manual_seed(static_cast<uint64_t>(c.get_int("run.seed")));
   const std::string kind = c.get_string("model.kind");
@@ -184,6 +191,12 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
                       "; " + kind + " trains in fp32 (set train.precision = fp32)");
   }
   if (with_data) s.data = build_data(c, s);
+  if (with_data && group) {
+    const int64_t batch = c.get_int("data.batch_size");
+    if (batch < group->world_size())
+      throw ConfigError(fmt::format("data.batch_size ({}) is the global batch, shared by {} processes: it must be at "
+                                    "least the number of processes", batch, group->world_size()));
+  }
 
   DataShape shape;
   if (auto* text = dynamic_cast<TextSource*>(s.data.get())) {
@@ -214,8 +227,24 @@ Session build_session(const Config& c, bool with_data, bool load_init_from) {
   // The optimizer's state is allocated beside the parameters, so the model moves first.
   s.device = run_device(c);
   if (!s.device.is_cpu()) s.module->to(s.device);
-  s.optimizer = build_optimizer(c, s.module->parameters());
+  s.optimizer = build_optimizer(c, s.module->parameters(), group);
+  if (with_data && group) {
+    auto shard = std::make_unique<dist::ShardedData>(std::move(s.data), group->rank(), group->world_size());
+    s.shard = shard.get();
+    s.data = std::move(shard);
+  }
   return s;
+}
+
+void set_data_parallel(Session& s, const Config& c, dist::ProcessGroup& group, TrainerOptions& options, Logger* logger) {
+  if (!s.shard) throw std::logic_error("set_data_parallel: the session was built without the process group");
+  dist::DataParallelOptions o;
+  o.bucket_bytes = static_cast<int64_t>(c.get_float("dist.bucket_mb") * 1048576.0);
+  o.first_bucket_bytes = static_cast<int64_t>(c.get_float("dist.first_bucket_mb") * 1048576.0);
+  o.overlap = c.get_bool("dist.overlap");
+  o.checksum_every = c.get_int("dist.checksum_every");
+  o.seed = static_cast<uint64_t>(c.get_int("run.seed"));
+  options.parallel = dist::make_data_parallel(group, *s.module, *s.optimizer, *s.shard, o, logger);
 }
 
 HybridOptions hybrid_options(const Config& c) {

@@ -16,6 +16,10 @@
 namespace ht {
 class GPT;
 struct GPTConfig;
+namespace dist {
+class ProcessGroup;
+class ShardedData;
+}  // namespace dist
 }
 
 namespace ht::cli {
@@ -41,11 +45,19 @@ struct Session {
   std::string precision_warning;
   std::string recompute = "none";  // the activation recompute level in force
   bool recompute_forced = false;  // the memory ladder turned on full recompute: phases keep it
+  dist::ShardedData* shard = nullptr;  // data-parallel: this rank's view of `data`
 };
 
 // load_init_from: start the GPT from model.init_from. Only a fresh `train` wants it; eval, sample
 // and a resumed run take every weight from the checkpoint (and need not find that file again).
-Session build_session(const Config& config, bool with_data, bool load_init_from = true);
+// group: a data-parallel run's process group; the data then serves this rank's rows of every
+// global batch, and with dist.shard_optimizer the optimizer is ZeRO-1 AdamW.
+Session build_session(const Config& config, bool with_data, bool load_init_from = true,
+                      dist::ProcessGroup* group = nullptr);
+// Data-parallel: the trainer's hooks (gradient buckets, checksums, checkpoints) from the dist.*
+// keys, into options.parallel. Broadcasts rank 0's weights; call before building the Trainer.
+void set_data_parallel(Session& session, const Config& config, dist::ProcessGroup& group, TrainerOptions& options,
+                       Logger* logger);
 // The model.* keys as the model registry's settings (the Config must outlive them).
 std::unique_ptr<ModelSettings> model_settings(const Config& config);
 // model.preset with the model.* overrides applied, model.attention and train.precision

@@ -68,7 +68,11 @@ EvalRecord Trainer::evaluate_weights() {
   int64_t metric_rows = 0;
   int64_t n = data_.num_val_batches();
   if (options_.eval_batches >= 0) n = std::min(n, options_.eval_batches);
-  for (int64_t i = 0; i < n; ++i) {
+  // Data-parallel: rank r scores batches r, r + N, ... and the sums are added up below.
+  Collective& ranks = collective();
+  bool out_of_memory = false;
+  try {
+  for (int64_t i = ranks.rank(); i < n; i += ranks.world_size()) {
     Batch batch = data_.val_batch(i);
     if (batch.input.device() != options_.device) batch = Batch{batch.input.to(options_.device), batch.target.to(options_.device)};
     // Under memory pressure evaluation splits its batches too (sums are split-invariant).
@@ -94,6 +98,28 @@ EvalRecord Trainer::evaluate_weights() {
         if (!options_.memory.enabled || splits >= batch.input.size(0)) throw;
       }
     }
+  }
+  } catch (const c10::OutOfMemoryError&) {
+    if (ranks.world_size() == 1) throw;
+    out_of_memory = true;  // the others must hear it, or they would wait for this rank's sums
+  }
+  if (ranks.world_size() > 1) {
+    std::vector<double> sums = {total.loss_sum, total.correct, static_cast<double>(total.count),
+                                static_cast<double>(metric_rows), out_of_memory ? 1.0 : 0.0,
+                                total.has_accuracy ? 1.0 : 0.0};
+    sums.insert(sums.end(), metric_sums.begin(), metric_sums.end());
+    std::vector<at::Tensor> t{torch::tensor(sums, torch::kFloat64)};
+    ranks.allreduce_sum(t);
+    const auto v = t[0];
+    if (v[4].item<double>() > 0)
+      throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                  "a rank ran out of memory in evaluation with batches split to single rows");
+    total.loss_sum = v[0].item<double>();
+    total.correct = v[1].item<double>();
+    total.count = static_cast<int64_t>(v[2].item<double>());
+    metric_rows = static_cast<int64_t>(v[3].item<double>());
+    total.has_accuracy = v[5].item<double>() > 0;  // a rank with no batch to score has no say
+    for (size_t m = 0; m < metric_sums.size(); ++m) metric_sums[m] = v[6 + static_cast<int64_t>(m)].item<double>();
   }
   EvalRecord rec;
   rec.step = step_;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <sstream>
 
+#include <torch/torch.h>
+
 namespace ht {
 namespace {
 
@@ -22,7 +24,23 @@ MemoryPressurePolicy::MemoryPressurePolicy(const MemoryPressureOptions& options,
 bool MemoryPressurePolicy::try_enable_recompute() {
   if (recompute_tried_) return false;
   recompute_tried_ = true;
-  return options_.enable_recompute && options_.enable_recompute();
+  recompute_on_ = options_.enable_recompute && options_.enable_recompute();
+  return recompute_on_;
+}
+
+bool MemoryPressurePolicy::agree(Collective& ranks, bool retry, int64_t& micro_splits, std::string* why) {
+  // [gave up (as rank + 1, so rank 0 counts), splits, recompute on]; the max of each over ranks.
+  std::vector<at::Tensor> state{torch::tensor({retry ? 0.0 : static_cast<double>(ranks.rank() + 1),
+                                               static_cast<double>(micro_splits), recompute_on_ ? 1.0 : 0.0},
+                                              torch::kFloat64)};
+  ranks.allreduce_max(state);
+  const auto s = state[0];
+  micro_splits = static_cast<int64_t>(s[1].item<double>());
+  if (s[2].item<double>() > 0 && !recompute_tried_) try_enable_recompute();
+  const auto gave_up = static_cast<int>(s[0].item<double>()) - 1;
+  if (gave_up < 0) return true;
+  if (retry) *why = "rank " + std::to_string(gave_up) + " is out of memory with every rung of the ladder taken";
+  return false;
 }
 
 bool MemoryPressurePolicy::respond(const std::string& where, int attempt, int64_t batch_rows,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hybrid/core/metrics.h"
+#include "hybrid/core/parallel.h"
 #include "hybrid/core/trainer.h"
 
 namespace ht {
@@ -23,6 +24,10 @@ class MemoryPressurePolicy {
   // After each step, with the budget in force: warn once per crossing of warn_fraction; above
   // critical_fraction release the cache, and if still critical later, turn on recompute.
   void watch(const StepRecord& rec, int64_t budget);
+  // Data-parallel, after respond() on every rank: the furthest rung any rank took is taken by
+  // all (the most micro-batch splits, recompute if any rank turned it on); none retries once any
+  // rank's ladder is exhausted. Returns whether to retry; *why says which rank gave up.
+  bool agree(Collective& ranks, bool retry, int64_t& micro_splits, std::string* why);
 
  private:
   bool try_enable_recompute();  // rung 2, taken once per run
@@ -31,6 +36,7 @@ class MemoryPressurePolicy {
   MemoryMonitor& monitor_;
   Logger& logger_;
   bool recompute_tried_ = false;
+  bool recompute_on_ = false;  // the hook turned recompute on
   // Budget watch: 0 normal, 1 above warn, 2 above critical (cache released), 3 recompute tried.
   int level_ = 0;
   int64_t steps_below_warn_ = 0;  // consecutive; the level re-arms after enough of them

@@ -152,6 +152,7 @@ EvalRecord Trainer::fit() {
     StepRecord rec = train_step();
     logger_->on_step(rec);
     for (auto& c : callbacks_) c->on_step_end(*this, rec);
+    agree_after_step();
     const bool verified = !strategy_ || strategy_->at_verified_point();
     // The run's end is evaluated below, after on_finish.
     const bool evaluate_now = evals.evaluate_now(step_, verified) && step_ < options_.max_steps;
@@ -177,8 +178,30 @@ StepRecord Trainer::train_step() {
   // Predicted weights join the average only once verified: a rollback never has to undo it.
   if (average_ && (!strategy_ || strategy_->at_verified_point())) average_->update();
   memory_.end_step(rec);
-  pressure_->watch(rec, memory_budget());
+  // Data-parallel: the budget watch acts on the largest rank's peak, so every rank takes its
+  // rungs together (its recompute would otherwise differ between ranks).
+  const int64_t budget = memory_budget();
+  if (options_.parallel && budget > 0) rec.peak_bytes = static_cast<int64_t>(collective().max(static_cast<double>(rec.peak_bytes)));
+  pressure_->watch(rec, budget);
+  if (options_.parallel) options_.parallel->annotate(rec);
   return rec;
+}
+
+Collective& Trainer::collective() { return options_.parallel ? options_.parallel->collective() : single_process(); }
+
+void Trainer::agree_after_step() {
+  if (!options_.parallel) return;
+  options_.parallel->after_step(step_);
+  // A signal may reach one rank only, and only rank 0's clock decides a timed checkpoint: one
+  // small collective agrees both, so every rank stops or saves after the same step.
+  const auto& c = options_.checkpoint;
+  const bool due = collective().rank() == 0 && !c.dir.empty() && c.every_seconds > 0 &&
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint_time_).count() >=
+                       c.every_seconds;
+  std::vector<at::Tensor> flags{torch::tensor({stop_requested_ ? 1.0 : 0.0, due ? 1.0 : 0.0}, torch::kFloat64)};
+  collective().allreduce_max(flags);
+  if (flags[0][0].item<double>() > 0) stop_requested_ = true;
+  timed_checkpoint_due_ = flags[0][1].item<double>() > 0;
 }
 
 StepRecord Trainer::plain_step() {
@@ -215,8 +238,10 @@ FullStepResult Trainer::full_step(Phase phase) {
       optimizer_.zero_grad();
       std::string why;
       const std::string at = "step " + std::to_string(step_ + 1) + ": out of memory; ";
-      if (!pressure_->respond(at, attempt, last_batch_rows_, options_.micro_splits, &why))
-        exit_out_of_memory(at + why + " (" + e.what_without_backtrace() + ")");  // rung 4
+      bool retry = pressure_->respond(at, attempt, last_batch_rows_, options_.micro_splits, &why);
+      // Data-parallel: every rank failed this step together (finish_backward); they retry it alike.
+      if (options_.parallel) retry = pressure_->agree(collective(), retry, options_.micro_splits, &why);
+      if (!retry) exit_out_of_memory(at + why + " (" + e.what_without_backtrace() + ")");  // rung 4
     }
   }
 }
@@ -226,6 +251,8 @@ FullStepResult Trainer::full_step_once() {
   optimizer_.zero_grad();
   FullStepResult r;
   double loss_sum = 0.0;
+  DataParallel* parallel = options_.parallel.get();
+  try {
   for (int64_t a = 0; a < options_.grad_accum; ++a) {
     const DataCursor cursor = data_.cursor();
     const Batch batch = next_batch();
@@ -259,13 +286,19 @@ FullStepResult Trainer::full_step_once() {
                             ". Lower the learning rate, keep gradient clipping on, or check the data.");
       {
         const auto phase = memory_.phase(MemoryPhase::Backward);
+        if (parallel) parallel->before_backward(a + 1 == options_.grad_accum && s + 1 == splits);
         (loss.reshape({}) * weight).backward();
       }
       loss_sum += value * weight;
     }
     r.items += data_.items_per_batch();
   }
-  r.loss = loss_sum;
+  } catch (const c10::OutOfMemoryError&) {
+    if (parallel) parallel->abort_backward();  // the other ranks learn it in finish_backward
+    throw;
+  }
+  // Data-parallel: the gradients become the average over ranks, the loss the global mean.
+  r.loss = parallel ? parallel->finish_backward(loss_sum) : loss_sum;
   for (auto& c : callbacks_) c->after_backward(*this);
   const auto phase = memory_.phase(MemoryPhase::Optimizer);  // norm, clipping and the update
   r.grad_norm = global_grad_norm(optimizer_.parameters());

@@ -127,6 +127,7 @@ std::unique_ptr<CheckpointRegistry> Trainer::checkpoint_parts() {
                 if (options_.device.is_cuda())
                   save_generator(a, "cuda", at::cuda::detail::getDefaultCUDAGenerator(options_.device.index()));
 #endif
+                if (options_.parallel) options_.parallel->save_rank_states(a);  // every rank's
               },
               [this](auto& a) {
                 load_generator(a, "cpu", at::detail::getDefaultCPUGenerator());
@@ -134,6 +135,7 @@ std::unique_ptr<CheckpointRegistry> Trainer::checkpoint_parts() {
                 if (options_.device.is_cuda())
                   load_generator(a, "cuda", at::cuda::detail::getDefaultCUDAGenerator(options_.device.index()));
 #endif
+                if (options_.parallel) options_.parallel->load_rank_states(a);  // this rank's
               },
               {}, {}});
   if (strategy_) {
@@ -168,7 +170,12 @@ std::unique_ptr<CheckpointRegistry> Trainer::checkpoint_parts() {
 }
 
 void Trainer::save_checkpoint(const std::string& path) {
-  checkpoint_parts()->save(path, step_, options_.config_text);
+  // Data-parallel: every rank takes part (the replicas are compared, sharded state gathered),
+  // rank 0 writes, and no rank goes on before the file is complete.
+  DataParallel* parallel = options_.parallel.get();
+  if (parallel) parallel->before_checkpoint(step_);
+  if (!parallel || parallel->writes_checkpoints()) checkpoint_parts()->save(path, step_, options_.config_text);
+  if (parallel) parallel->after_checkpoint();
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -186,6 +193,8 @@ std::string Trainer::resume_latest(const std::string& dir) {
   for (const auto& path : list_checkpoints(dir)) {
     try {
       load_checkpoint(path);
+      // Data-parallel: a rank that read another file (out_dir not shared between machines) stops here.
+      if (options_.parallel) options_.parallel->after_resume(step_);
       logger_->on_message(Level::Info, "resumed from '" + path + "' at step " + std::to_string(step_));
       return path;
     } catch (const CheckpointMismatch&) {
@@ -202,8 +211,10 @@ void Trainer::maybe_checkpoint() {
   if (c.dir.empty()) return;
   const auto now = std::chrono::steady_clock::now();
   const bool by_steps = c.every_steps > 0 && step_ % c.every_steps == 0;
-  const bool by_time = c.every_seconds > 0 &&
-                       std::chrono::duration<double>(now - last_checkpoint_time_).count() >= c.every_seconds;
+  // Data-parallel: rank 0's clock, agreed after the step (agree_after_step).
+  const bool by_time = options_.parallel ? timed_checkpoint_due_
+                                         : c.every_seconds > 0 && std::chrono::duration<double>(
+                                                                      now - last_checkpoint_time_).count() >= c.every_seconds;
   if (!(by_steps || by_time) || last_checkpoint_step_ == step_) return;
   const std::string path = checkpoint_path(c.dir, step_);
   save_checkpoint(path);

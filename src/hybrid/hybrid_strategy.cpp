@@ -250,14 +250,16 @@ double HybridEngine::probe_loss(Trainer& trainer, const Batch& batch) {
   const double loss = trainer.objective().loss(batch).item<double>();
   if (was_training) module.train();
   ++summary_.verify_forwards;
-  return loss;
+  // Data-parallel: each rank holds its rows of the probe; every rank decides on the same mean.
+  return trainer.collective().mean(loss, static_cast<double>(batch.input.size(0)));
 }
 
 double HybridEngine::batch_loss(Trainer& trainer, const Batch& batch) {
   // Train mode: comparable with the real steps' losses the band is built from.
   torch::NoGradGuard no_grad;
   ++summary_.verify_forwards;
-  return trainer.objective().loss(batch).item<double>();
+  const double loss = trainer.objective().loss(batch).item<double>();
+  return trainer.collective().mean(loss, static_cast<double>(batch.input.size(0)));  // as in probe_loss
 }
 
 void HybridEngine::measure_probe_before_decision(Trainer& trainer) {
@@ -268,8 +270,16 @@ void HybridEngine::measure_probe_before_decision(Trainer& trainer) {
   if (!have_probe_) return;
   const double now = probe_loss(trainer, probe_);
   if (have_end_loss_ && stretch_ms_ > 0.0 && stretch_steps_ > 0) {
-    const double full_rate = (end_loss_ - now) / (stretch_ms_ / 1000.0);
-    ctl_.on_rates(pending_pred_rate_, full_rate);
+    double pred_rate = pending_pred_rate_, full_rate = (end_loss_ - now) / (stretch_ms_ / 1000.0);
+    Collective& ranks = trainer.collective();
+    if (opt_.pay_check_clock == HybridOptions::Clock::Seconds && ranks.world_size() > 1) {
+      // Each rank's clock differs: rank 0's rates decide, so every rank takes the same phase.
+      std::vector<at::Tensor> rates{torch::tensor({pred_rate, full_rate}, torch::kFloat64)};
+      ranks.broadcast(rates, 0);
+      pred_rate = rates[0][0].item<double>();
+      full_rate = rates[0][1].item<double>();
+    }
+    ctl_.on_rates(pred_rate, full_rate);
     probe_slope_ = (now - end_loss_) / static_cast<double>(stretch_steps_);
     have_probe_slope_ = true;
     have_end_loss_ = false;

@@ -49,6 +49,31 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
   }
   e.params = copy;
   e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
+  if (levers.ranks > 1) {
+    // src/dist's buckets: parameters in reverse order, a new bucket past the cap (the first
+    // bucket's is smaller); each bucket is one allocation the gradients are views of.
+    e.grads = 0;
+    int64_t bucket = 0, buckets = 0;
+    for (auto it = numels.rbegin(); it != numels.rend(); ++it) {
+      const int64_t cap = buckets <= 1 ? levers.first_bucket_bytes : levers.bucket_bytes;
+      if (buckets == 0 || (bucket > 0 && (bucket + *it) * kF32 > cap)) {
+        if (buckets > 0) e.grads += blk(bucket * kF32);
+        bucket = 0;
+        ++buckets;
+      }
+      bucket += *it;
+    }
+    e.grads += blk(bucket * kF32);
+    if (levers.shard_optimizer && levers.optimizer == OptimizerKind::AdamW) {
+      // zero_adamw.cpp: m and v of ceil(P / ranks) elements (rank 0's range is the largest),
+      // and the all-gather's send window and N receive windows.
+      int64_t total = 0;
+      for (int64_t n : numels) total += n;
+      const int64_t chunk = (total + levers.ranks - 1) / levers.ranks;
+      const int64_t window = std::max<int64_t>(1, std::min((chunk + 7) / 8, levers.bucket_bytes / kF32 / levers.ranks));
+      e.optimizer_state = 2 * blk(chunk * kF32) + blk(window * kF32) + blk(window * levers.ranks * kF32);
+    }
+  }
   const int64_t average = levers.weight_average ? copy : 0;  // weight_average.cpp: one copy
   e.mode_state = average;
   if (levers.mode == TrainMode::Lookahead) {
@@ -276,7 +301,8 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
     return std::max({mlp, attn, head});
   };
   if (levers.mode == TrainMode::Hybrid) {
-    e.predict_peak = resident - e.grads + nograd_temporaries(probe_rows);
+    // Predict phases free the gradients, except a data-parallel run's: they are its buckets.
+    e.predict_peak = resident - (levers.ranks > 1 ? 0 : e.grads) + nograd_temporaries(probe_rows);
   } else if (levers.mode == TrainMode::Nowcast) {
     // A jump: the probe (kept through it) and either its forward or the nowcaster's workspace.
     e.predict_peak = resident + 2 * blk(probe_rows * T * kI64) +
@@ -347,7 +373,7 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   // Without grad the same tensors come and go; hybrid verifies on the probe with the gradients
   // freed (sizes scaled, not re-rounded: a few % on small batches).
   if (levers.mode == TrainMode::Hybrid) {
-    e.predict_peak = e.resident() - e.grads + levers.probe_batches * saved;
+    e.predict_peak = e.resident() - (levers.ranks > 1 ? 0 : e.grads) + levers.probe_batches * saved;
   } else if (levers.mode == TrainMode::Nowcast) {
     e.predict_peak = e.resident() + levers.probe_batches * images +
                      std::max(levers.probe_batches * saved, nowcast_jump(numels, levers));

@@ -277,7 +277,7 @@ TEST(CliDefects, TheReadmeExitCodeTableListsEveryExitCode) {
   }
   using namespace cli;
   EXPECT_EQ(listed, (std::vector<int>{kOk, kTrainingFailed, kBadUsage, kDataUnavailable, kBadCheckpoint, kOutOfMemory,
-                                      kPlanDoesNotFit, kInterrupted}));
+                                      kPlanDoesNotFit, kDistributedFailure, kInterrupted}));
 }
 
 }  // namespace ht

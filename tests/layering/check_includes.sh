@@ -14,7 +14,7 @@ declare -A allowed=(
   [hybrid]="hybrid core"
   [models]="models kernels core"
   [data]="data core"
-  [dist]="dist core"
+  [dist]="dist kernels core"
 )
 
 layer_of_include() {  # prints the layer an include path belongs to, or nothing for a system header

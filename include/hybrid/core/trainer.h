@@ -18,6 +18,7 @@
 #include "hybrid/core/metrics.h"
 #include "hybrid/core/objective.h"
 #include "hybrid/core/optimizer.h"
+#include "hybrid/core/parallel.h"
 #include "hybrid/core/schedule.h"
 
 namespace ht {
@@ -74,6 +75,10 @@ struct TrainerOptions {
   // Where the model's parameters live (module.to(device) before the optimizer is built, so its
   // state is allocated there too); every batch is moved here before the loss sees it.
   c10::Device device = c10::Device(c10::kCPU);
+  // Data-parallel training (the dist layer builds it): gradients are averaged over ranks, the
+  // memory ladder, stop requests and timed checkpoints are agreed, rank 0 writes checkpoints.
+  // Null: one process, exactly as without it.
+  std::shared_ptr<DataParallel> parallel;
 };
 
 class Trainer;
@@ -196,6 +201,9 @@ class Trainer {
   MemoryMonitor& memory() { return memory_; }
   MemorySummary memory_summary() const;
   int64_t memory_budget() const;  // the budget in force; 0 = none
+  // The process group of a data-parallel run, or single_process(): strategies average their
+  // verification losses and broadcast their wall-clock decisions through it.
+  Collective& collective();
 
  private:
   Objective& objective_;
@@ -216,6 +224,7 @@ class Trainer {
   int64_t pending_eval_step_ = 0;  // an evaluation due but waiting for verified weights (fit)
   Phase last_phase_ = Phase::Full;  // of the last real step, for MemoryPressureOptions::on_phase
   bool phase_announced_ = false;
+  bool timed_checkpoint_due_ = false;  // data-parallel: rank 0's clock, agreed after each step
   int64_t last_batch_rows_ = 0;    // rows of the last batch drawn: the ladder cannot split past it
   MemoryMonitor memory_;
   std::unique_ptr<MemoryPressurePolicy> pressure_;
@@ -223,6 +232,7 @@ class Trainer {
   int64_t budget_before_ = 0;
 
   FullStepResult full_step_once();
+  void agree_after_step();  // data-parallel: stop requests and rank 0's checkpoint clock
   EvalRecord evaluate_weights();  // evaluate() on the model's current weights
   EvalRecord evaluate_or_exit();  // evaluate(); out of memory there ends the run as rung 4 does
   void record_evaluation(const EvalRecord& record);

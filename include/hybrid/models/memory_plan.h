@@ -41,6 +41,15 @@ struct MemoryLevers {
   int64_t probe_batches = 2;       // hybrid.probe_batches (nowcast.probe_batches): batches in the verification forward
   bool weight_average = false;     // train.average_decay > 0: one more copy of the parameters
   bool outer_momentum = false;     // Lookahead with lookahead.momentum > 0 (SNOO): one more copy
+  // Data-parallel (train --nproc N): the figures are one rank's, for the rank's share of the
+  // batch, which the caller passes in TrainShape::batch (the largest share: ceil(batch / ranks)).
+  // Gradients live in allreduce buckets (their sizes as src/dist lays them out) for the whole
+  // run, also in predicted steps; with shard_optimizer, AdamW keeps the moments of 1/ranks of
+  // the parameters plus ZeRO's all-gather window.
+  int64_t ranks = 1;
+  bool shard_optimizer = false;
+  int64_t bucket_bytes = 25 << 20;
+  int64_t first_bucket_bytes = 1 << 20;
 };
 
 struct TrainShape {
