@@ -333,7 +333,7 @@ ConfigError config_error(const std::exception& library_error) {
   // hybrid.full_steps.
   static const std::pair<const char*, const char*> prefixes[] = {
       {"AdamWOptions.", "optim."}, {"SgdOptions.", "optim."}, {"HybridOptions.", "hybrid."},
-      {"NowcastStrategyOptions.", "nowcast."}};
+      {"NowcastStrategyOptions.", "nowcast."}, {"ModelSettings.", "model."}};
   std::string text = library_error.what();
   for (const auto& [from, to] : prefixes)
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at))

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include "core/eval_schedule.h"
@@ -51,6 +52,14 @@ void check_optimizer_owns_module(Objective& objective, const Optimizer& optimize
                        "module->parameters() of the module the loss calls");
 }
 
+// "cuda" means the current CUDA device, which is where module->to("cuda") put the parameters:
+// name its index, so the parameters' device and the memory counters' device are the same one.
+TrainerOptions with_device_index(TrainerOptions o) {
+  if (!o.device.is_cpu() && !o.device.has_index())
+    o.device = c10::Device(o.device.type(), c10::impl::getDeviceGuardImpl(o.device.type())->getDevice().index());
+  return o;
+}
+
 void check_device(Objective& objective, const c10::Device& device) {
   for (const auto& p : objective.module().parameters())
     if (p.device() != device)
@@ -62,7 +71,7 @@ void check_device(Objective& objective, const c10::Device& device) {
 
 Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data, TrainerOptions options,
                  Logger* logger)
-    : objective_(objective), optimizer_(optimizer), data_(data), options_(std::move(options)),
+    : objective_(objective), optimizer_(optimizer), data_(data), options_(with_device_index(std::move(options))),
       logger_(logger), memory_(options_.device.is_cuda() ? options_.device.index() : -1) {
   if (options_.max_steps < 0) throw OptionsError("trainer: max_steps must be >= 0");
   if (options_.grad_accum < 1) throw OptionsError("trainer: grad_accum must be >= 1");

@@ -71,10 +71,10 @@ GPTConfig gpt_config(const ModelSettings& s) {
   try {
     g.attention = parse_attention_kind(s.get_string("attention"));
   } catch (const std::invalid_argument& e) {
-    throw OptionsError(std::string("attention: ") + e.what());
+    throw OptionsError(std::string("ModelSettings.attention: ") + e.what());
   }
   if (const std::string why = attention_unavailable_reason(g.attention); !why.empty())
-    throw OptionsError("attention = " + to_string(g.attention) + ": " + why);
+    throw OptionsError("ModelSettings.attention = " + to_string(g.attention) + ": " + why);
   return g;
 }
 

@@ -14,6 +14,7 @@
 #include "hybrid-train/commands.h"
 #include "support/checkpoint_entries.h"
 #include "support/cli_run.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -55,7 +56,7 @@ TEST(CliDefects, ADirectoryAsTheConfigFileIsAUsageError) {
     EXPECT_TRUE(contains(r.output, "directory")) << command << ": " << r.output;
   }
   EXPECT_FALSE(fs::exists(dir + "/out")) << "a run started";
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 7: nonsense numbers ran (negative intervals, threads, clip), wrapped around (keep_last
@@ -75,7 +76,7 @@ TEST(CliDefects, OutOfRangeNumbersAreUsageErrorsNamingTheKey) {
   const CliResult plan = run_cli("plan --budget 1e30", 60);
   EXPECT_EQ(plan.code, 2) << plan.output;
   EXPECT_TRUE(contains(plan.output, "too large")) << plan.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 4: data.val_fraction = 0 held nothing out, and every evaluation reported NaN with exit 0.
@@ -93,7 +94,7 @@ TEST(CliDefects, NoValidationSetIsAUsageError) {
   EXPECT_EQ(e.code, 2) << e.output;
   EXPECT_TRUE(contains(e.output, "data.val_fraction")) << e.output;
   EXPECT_FALSE(contains(e.output, "nan")) << e.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 5: a name whose step does not fit 64 bits stopped resume with exit 1 and "error: stoll".
@@ -109,7 +110,7 @@ TEST(CliDefects, ACheckpointNameThatDoesNotParseIsSkippedWithAWarning) {
   EXPECT_TRUE(contains(r.output, "warning")) << r.output;
   EXPECT_TRUE(contains(r.output, odd)) << r.output;
   EXPECT_TRUE(fs::exists(odd)) << "not ours to delete";
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 10: a FIFO named like a checkpoint made train and info wait forever for a writer.
@@ -128,7 +129,7 @@ TEST(CliDefects, AFifoNamedLikeACheckpointIsNeverOpenedForReading) {
   EXPECT_EQ(t.code, 0) << t.output;
   EXPECT_TRUE(contains(t.output, "resumed from")) << t.output;
   EXPECT_TRUE(contains(t.output, fifo)) << t.output;  // the warning names it
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 10 (cosmetic): SIGTERM during start-up killed the process (exit 143) because the
@@ -156,7 +157,7 @@ TEST(CliDefects, ASignalDuringStartUpExits130) {
     EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << " after " << sig << ": " << r.output;
     EXPECT_EQ(r.code, 130) << "signal " << sig << ": " << r.output;
     EXPECT_FALSE(fs::exists(dir + "/out/checkpoints")) << "it trained after the signal";
-    fs::remove_all(dir);
+    ht::testing::remove_tree(dir);
   }
 }
 
@@ -182,7 +183,7 @@ TEST(CliDefects, OutOfMemoryIsExit5NamingTheBudgetWhereverItHappens) {
   EXPECT_EQ(rerun.code, 5) << rerun.output;
   EXPECT_TRUE(contains(rerun.output, "memory.budget")) << rerun.output;
   EXPECT_TRUE(contains(rerun.output, "65.0 MiB")) << rerun.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 9: on a full disk metrics.jsonl was cut mid-record while training went on with exit 0.
@@ -196,7 +197,7 @@ TEST(CliDefects, AMetricsWriteFailureStopsTheRunNamingTheFile) {
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, dir + "/metrics.jsonl")) << r.output;
   EXPECT_TRUE(contains(r.output, "No space left on device")) << r.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 1, the CLI's part: eval loaded a 2-layer checkpoint into the 1-layer model an override
@@ -222,7 +223,7 @@ TEST(CliDefects, ArchitectureOverridesThatDisagreeWithTheCheckpointAreRefused) {
   EXPECT_EQ(resume.code, 4) << resume.output;
   EXPECT_TRUE(contains(resume.output, "model.n_head")) << resume.output;
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/ckpt-000000004.ht"));
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Defect 2 (the lead's, in the trainer's checkpoint reader): a plain run resumed silently from a
@@ -235,7 +236,7 @@ TEST(CliDefects, APlainRunRefusesALookaheadOrHybridCheckpoint) {
     const CliResult r = run_cli("train " + tiny_gpt(dir) + " train.steps=4", 60);
     EXPECT_EQ(r.code, 4) << mode << ": " << r.output;
     EXPECT_FALSE(fs::exists(dir + "/checkpoints/ckpt-000000004.ht")) << mode;
-    fs::remove_all(dir);
+    ht::testing::remove_tree(dir);
   }
 }
 
@@ -262,8 +263,8 @@ TEST(CliDefects, PayCheckOnStepsGivesIdenticalReruns) {
   EXPECT_EQ(testing::config_without_out_dir(x["config"].toStringRef()),
             testing::config_without_out_dir(y["config"].toStringRef()));
   EXPECT_GT(x["strategy/controller/rate_samples"].toInt(), 0) << "the pay check never compared rates";
-  fs::remove_all(a);
-  fs::remove_all(b);
+  ht::testing::remove_tree(a);
+  ht::testing::remove_tree(b);
 }
 
 // README's exit-code table lists exactly the codes the binary uses (commands.h).

@@ -17,6 +17,7 @@
 #include "hybrid/core/trainer.h"
 #include "hybrid/kernels/attention.h"
 #include "hybrid/models/gpt.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -47,7 +48,7 @@ Result run(const std::string& args) {
 
 std::string scratch(const std::string& name) {
   const auto d = fs::temp_directory_path() / ("ht-cli-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(d);
+  ht::testing::remove_tree(d);
   return d.string();
 }
 
@@ -112,7 +113,7 @@ TEST(Cli, CorruptCheckpointIsReportedWithExitCode4) {
   EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
   r = run("eval /nonexistent/ckpt.ht");
   EXPECT_EQ(r.code, 4) << r.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Cli, MemoryThresholdsWarnActAndTheRunEndsWithASummary) {
@@ -134,7 +135,7 @@ TEST(Cli, MemoryThresholdsWarnActAndTheRunEndsWithASummary) {
   r = run("train " + small_gpt(dir) + " memory.warn_fraction=0.9 memory.critical_fraction=0.8");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("memory.critical_fraction"), std::string::npos) << r.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Cli, TrainResumeEvalInfoSample) {
@@ -179,8 +180,8 @@ TEST(Cli, TrainResumeEvalInfoSample) {
   ASSERT_EQ(s1.code, 0) << s1.output;
   EXPECT_EQ(s1.output, s2.output);  // seeded sampling is reproducible
   EXPECT_EQ(s1.output.rfind("And God", 0), 0u) << s1.output;
-  fs::remove_all(straight);
-  fs::remove_all(resumed);
+  ht::testing::remove_tree(straight);
+  ht::testing::remove_tree(resumed);
 }
 
 TEST(Cli, AByteLevelRunWithALargerVocabularySamplesBytes) {
@@ -195,7 +196,7 @@ TEST(Cli, AByteLevelRunWithALargerVocabularySamplesBytes) {
   EXPECT_EQ(t.output.find("no sample"), std::string::npos) << t.output;
   Result s = run("sample " + checkpoint_path(dir + "/checkpoints", 3) + " --tokens 60 --temperature 2");
   EXPECT_EQ(s.code, 0) << s.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Cli, WeightAverageIsWhatTrainEvalAndInfoReport) {
@@ -219,7 +220,7 @@ TEST(Cli, WeightAverageIsWhatTrainEvalAndInfoReport) {
   ASSERT_EQ(eval.code, 0) << eval.output;
   EXPECT_FALSE(last_loss(t.output).empty()) << t.output;
   EXPECT_EQ(last_loss(eval.output), last_loss(t.output)) << t.output << eval.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // A 24-step run against one that died after step 12 and was resumed: final weights bit for bit.
@@ -248,8 +249,8 @@ std::map<std::string, at::Tensor> expect_resume_is_bit_exact(const std::string& 
     EXPECT_TRUE(torch::equal(kv.value(), b.named_parameters()[kv.key()])) << kv.key() << extra;
     weights[kv.key()] = kv.value().clone();
   }
-  fs::remove_all(straight);
-  fs::remove_all(halves);
+  ht::testing::remove_tree(straight);
+  ht::testing::remove_tree(halves);
   return weights;
 }
 
@@ -289,7 +290,7 @@ TEST(Cli, SwitchingPrecisionOnResumeIsAllowedAndSaid) {
   r = run("train model.kind=mlp data.dataset=fashion-mnist train.precision=bf16 run.out_dir=" + dir + "-mlp");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("model.kind = gpt"), std::string::npos) << r.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Cli, FusedAttentionNamesTheLibTorchVersion) {
@@ -300,7 +301,7 @@ TEST(Cli, FusedAttentionNamesTheLibTorchVersion) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("model.attention = fused"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("LibTorch >= 2.0"), std::string::npos) << r.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Cli, NowcastModeJumpsResumesMidPeriodAndNamesBadKeys) {
@@ -346,9 +347,9 @@ TEST(Cli, NowcastModeJumpsResumesMidPeriodAndNamesBadKeys) {
   r = run("plan " + small_gpt(scratch("nowcast-plan")) + " run.mode=nowcast");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("nowcast"), std::string::npos) << r.output;
-  fs::remove_all(straight);
-  fs::remove_all(halves);
-  fs::remove_all(scratch("nowcast-c"));
+  ht::testing::remove_tree(straight);
+  ht::testing::remove_tree(halves);
+  ht::testing::remove_tree(scratch("nowcast-c"));
 }
 
 }  // namespace ht

@@ -12,6 +12,7 @@
 #include "hybrid/core/checkpoint_file.h"
 #include "support/checkpoint_entries.h"
 #include "support/cli_run.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -139,11 +140,11 @@ TEST(Corruption, DamagedCheckpointsAreRefusedAndTrainFallsBack) {
       EXPECT_EQ(testing::differing_entries(want, got, {"config"}), std::vector<std::string>{});
       ++fallbacks;
     }
-    fs::remove_all(dir);
+    ht::testing::remove_tree(dir);
   }
   EXPECT_EQ(fallbacks, 4);
-  fs::remove_all(good);
-  fs::remove_all(straight);
+  ht::testing::remove_tree(good);
+  ht::testing::remove_tree(straight);
 }
 
 // Defect 6 of issue 24 (the lead's, in the trainer's checkpoint reader): a file whose CRC is valid
@@ -166,7 +167,7 @@ TEST(Corruption, ACrcValidButBrokenArchiveIsACheckpointErrorWithFallback) {
   const testing::CliResult t = testing::run_cli("train " + run_args(dir, 6), 60);
   EXPECT_EQ(t.code, 0) << t.output;
   EXPECT_TRUE(contains(t.output, "resumed from '" + checkpoint_path(dir + "/checkpoints", 2) + "'")) << t.output;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 }  // namespace ht

@@ -11,6 +11,7 @@
 #include "support/checkpoint_entries.h"
 #include "support/cli_run.h"
 #include "support/scratch_dir.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -98,8 +99,8 @@ TEST(Crash, KilledAtRandomMomentsTheRerunEndsWhereAStraightRunDoes) {
             testing::config_without_out_dir(b["config"].toStringRef()));
   EXPECT_GT(a.size(), 10u);
   EXPECT_EQ(testing::differing_entries(a, b, {"config"}), std::vector<std::string>{});
-  fs::remove_all(straight);
-  fs::remove_all(crashed);
+  ht::testing::remove_tree(straight);
+  ht::testing::remove_tree(crashed);
 }
 
 }  // namespace ht

@@ -14,6 +14,7 @@
 #include "hybrid-train/commands.h"
 #include "support/checkpoint_entries.h"
 #include "support/cli_run.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -75,8 +76,8 @@ TEST(DistCli, TwoProcessesReachTheValidationLossOfOne) {
   EXPECT_NEAR(final_val_loss(one), final_val_loss(two), 1e-4);
   EXPECT_GT(b.back()["comm_bytes"].get<double>(), 0) << "no gradient traffic recorded";
   std::printf("validation loss: 1 process %.6f, 2 processes %.6f\n", final_val_loss(one), final_val_loss(two));
-  fs::remove_all(one);
-  fs::remove_all(two);
+  ht::testing::remove_tree(one);
+  ht::testing::remove_tree(two);
 }
 
 // Issue 23, item 4: kill one rank; the other names it within the timeout; the rerun resumes
@@ -122,8 +123,8 @@ TEST(DistCli, ARankKilledWithSigkillStopsTheRunAndARerunResumesBitExactly) {
   const CliResult single = run_cli("train " + tiny_gpt(killed) + " train.steps=44 checkpoint.every_steps=10 checkpoint.every_seconds=0", 120);
   EXPECT_EQ(single.code, 0) << single.output;
   EXPECT_TRUE(contains(single.output, "resumed from")) << single.output;
-  fs::remove_all(straight);
-  fs::remove_all(killed);
+  ht::testing::remove_tree(straight);
+  ht::testing::remove_tree(killed);
 }
 
 // Predicted steps run no backward and send no gradients; the replicas stay identical (compared
@@ -152,7 +153,7 @@ TEST(DistCli, HybridModeInDataParallelSkipsTheAllreduceOnPredictedSteps) {
                 predicted > 0 ? predicted_bytes / predicted : 0.0, full, full_bytes / full);
     if (predicted > 0) EXPECT_LT(predicted_bytes / predicted, 100.0);
     EXPECT_GT(full_bytes / full, 4.0 * 14000);
-    fs::remove_all(dir);
+    ht::testing::remove_tree(dir);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "hybrid/core/checkpoint_file.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -16,10 +17,10 @@ class CheckpointFileTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("ht-ckpt-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    ht::testing::remove_tree(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { ht::testing::remove_tree(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   fs::path dir_;
 };

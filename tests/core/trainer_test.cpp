@@ -13,6 +13,7 @@
 #include "hybrid/core/weight_average.h"
 #include "support/reference_optimizers.h"
 #include "support/toy_problem.h"
+#include "support/remove_tree.h"
 
 namespace ht {
 namespace fs = std::filesystem;
@@ -64,7 +65,7 @@ void expect_same_weights(torch::nn::Module& a, torch::nn::Module& b) {
 
 std::string temp_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("ht-trainer-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(d);
+  ht::testing::remove_tree(d);
   return d.string();
 }
 
@@ -96,7 +97,7 @@ TEST(Trainer, ResumeIsBitExact) {
   EXPECT_EQ(second.trainer->step(), 30);
   second.trainer->fit();
   expect_same_weights(*straight.net, *second.net);
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Trainer, CorruptNewestCheckpointFallsBackToThePreviousGoodOne) {
@@ -120,7 +121,7 @@ TEST(Trainer, CorruptNewestCheckpointFallsBackToThePreviousGoodOne) {
   EXPECT_EQ(t.resume_latest(dir), checkpoint_path(dir, 10));
   EXPECT_EQ(t.step(), 10);
   EXPECT_NE(capture.warnings.find("truncated"), std::string::npos) << capture.warnings;
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Trainer, CheckpointOfAnotherModelIsRejectedByName) {
@@ -144,7 +145,7 @@ TEST(Trainer, CheckpointOfAnotherModelIsRejectedByName) {
   }
   // Resuming does not mistake it for a corrupt file and fall back: no older one would fit either.
   EXPECT_THROW(t.resume_latest(dir), CheckpointMismatch);
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 namespace {
@@ -216,7 +217,7 @@ TEST(Trainer, OutOfMemoryInEvaluationWritesAResumableCheckpoint) {
   ToyRun resumed(options(10));
   EXPECT_EQ(resumed.trainer->resume_latest(dir), checkpoint_path(dir, 4));
   expect_same_weights(*run.net, *resumed.net);
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Trainer, NonFiniteLossStopsWithAClearError) {
@@ -281,7 +282,7 @@ TEST(Trainer, HopelessBudgetWritesAnEmergencyCheckpointThatResumes) {
     EXPECT_EQ(resumed.trainer->step(), 3);
     expect_same_weights(*run.net, *resumed.net);
   }
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // ---- the weight average (TrainerOptions::average_decay) ------------------------------------
@@ -350,7 +351,7 @@ TEST(Trainer, ResumeKeepsTheWeightAverageBitExact) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
   EXPECT_TRUE(inspect_checkpoint(checkpoint_path(dir, 30)).has_average);
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(Trainer, CheckpointWeightsForSamplingComeFromTheAverage) {
@@ -382,8 +383,8 @@ TEST(Trainer, CheckpointWeightsForSamplingComeFromTheAverage) {
   EXPECT_EQ(resumed.trainer->weight_average()->updates(), 0);
   resumed.trainer->train_step();
   EXPECT_EQ(resumed.trainer->weight_average()->updates(), 1);
-  fs::remove_all(dir);
-  fs::remove_all(plain_dir);
+  ht::testing::remove_tree(dir);
+  ht::testing::remove_tree(plain_dir);
 }
 
 }  // namespace ht

@@ -23,6 +23,7 @@
 #include "hybrid/dist/process_group.h"
 #include "hybrid/kernels/optimizers.h"
 #include "support/toy_problem.h"
+#include "support/remove_tree.h"
 
 namespace ht::testing {
 namespace fs = std::filesystem;
@@ -244,7 +245,7 @@ struct Ranks {
 
 std::string scratch(const std::string& name) {
   const auto d = fs::temp_directory_path() / ("ht-dist-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(d);
+  ht::testing::remove_tree(d);
   fs::create_directories(d);
   return d.string();
 }
@@ -328,7 +329,7 @@ TEST(DataParallel, TwoRanksTrainLikeOneProcessWithTheWholeBatch) {
   const std::string dir = scratch("two");
   Scenario s;  // 50 steps, global batch 64: 32 rows per rank
   expect_close(run_ranks(2, s, dir + "/r"), single_process(s));
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(DataParallel, ShardedOptimizerTrainsLikeOneProcess) {
@@ -336,7 +337,7 @@ TEST(DataParallel, ShardedOptimizerTrainsLikeOneProcess) {
   Scenario s;
   s.shard = true;  // each rank keeps the moments of 33 of the 65 parameters
   expect_close(run_ranks(2, s, dir + "/r"), single_process(s));
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(DataParallel, ThreeRanksWithAccumulationAndUnevenShardsTrainLikeOneProcess) {
@@ -346,7 +347,7 @@ TEST(DataParallel, ThreeRanksWithAccumulationAndUnevenShardsTrainLikeOneProcess)
   s.accum = 2;   // one allreduce per optimizer step, on the second batch's backward
   s.shard = true;
   expect_close(run_ranks(3, s, dir + "/r"), single_process(s));
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // Checkpoints are written by rank 0 with the sharded moments gathered into it; 10 steps, a
@@ -377,7 +378,7 @@ TEST(DataParallel, ResumeWithTheSameRanksIsBitExact) {
   fs::remove(dir + "/b/ckpt-000000020.ht");
   rest.shard = false;  // and the gathered moments load into an unsharded optimizer
   expect_close(run_ranks(3, rest, dir + "/b3"), a);
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(DataParallel, ReplicasThatDivergeStopTheRunNamingTheRank) {
@@ -394,7 +395,7 @@ TEST(DataParallel, ReplicasThatDivergeStopTheRunNamingTheRank) {
     EXPECT_NE(msg.find("rank 1 ("), std::string::npos) << msg;
     if (r == 0) std::printf("%s\n", msg.c_str());
   }
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(DataParallel, ARankKilledWithSigkillIsNamedByTheOthers) {
@@ -413,7 +414,7 @@ TEST(DataParallel, ARankKilledWithSigkillIsNamedByTheOthers) {
   EXPECT_NE(msg.find("rank 1 stopped responding"), std::string::npos) << msg;
   EXPECT_NE(msg.find("resume"), std::string::npos) << msg;
   std::printf("rank 0 stopped %.2f s after rank 1 was killed: %s\n", e.seconds - killed.seconds, msg.c_str());
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(DataParallel, AFrozenRankIsNamedWhenTheTimeoutExpires) {
@@ -429,7 +430,7 @@ TEST(DataParallel, AFrozenRankIsNamedWhenTheTimeoutExpires) {
   EXPECT_NE(msg.find("rank 1 stopped responding"), std::string::npos) << msg;
   std::printf("rank 0 stopped %.2f s after the start: %s\n", e.seconds, msg.c_str());
   ranks.kill_all();
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 // The memory ladder under DP: rank 0 alone fails a step; every rank rewinds and retries it, and
@@ -443,7 +444,7 @@ TEST(DataParallel, AnOutOfMemoryOnOneRankIsRetriedByEveryRankAlike) {
   EXPECT_EQ(read_text(dir + "/r.splits.0"), "2");
   EXPECT_EQ(read_text(dir + "/r.splits.1"), "2");
   expect_close(r, single_process(s));  // split batches give the same gradients
-  fs::remove_all(dir);
+  ht::testing::remove_tree(dir);
 }
 
 TEST(DataParallel, WeightChecksumSeesEveryBitAndNoThreadCount) {

@@ -21,6 +21,7 @@
 #include "hybrid/hybrid/strategy.h"
 #include "support/scratch_dir.h"
 #include "toy_problems.h"
+#include "support/remove_tree.h"
 
 namespace {
 
@@ -493,8 +494,8 @@ TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("ht_pending_eval_test-" + std::to_string(::getpid()));  // concurrent runs apart
   const auto copies = dir.string() + "-copies";
-  std::filesystem::remove_all(dir);  // what a failed run may have left
-  std::filesystem::remove_all(copies);
+  ht::testing::remove_tree(dir);  // what a failed run may have left
+  ht::testing::remove_tree(copies);
   std::filesystem::create_directories(copies);
 
   auto a = make_mlp(total);
@@ -532,8 +533,8 @@ TEST(HybridStrategy, AnEvaluationWaitingInACheckpointRunsAfterResume) {
     }
     deferred += a_evals[s.evals_before].step % every != 0;
   }
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove_all(copies);
+  ht::testing::remove_tree(dir);
+  ht::testing::remove_tree(copies);
   EXPECT_GT(deferred, 0) << saved.size() << " saves, none whose evaluation ran at a verified point "
                             "after its due step: the test proves nothing";
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include "support/remove_tree.h"
 
 namespace ht::testing {
 
@@ -32,7 +33,7 @@ inline std::string cli_binary() {
 // A directory per test and process (ctest runs test binaries side by side), emptied first.
 inline std::string cli_scratch(const std::string& name) {
   const auto d = std::filesystem::temp_directory_path() / ("ht-cli-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(d);
+  ht::testing::remove_tree(d);
   return d.string();
 }
 

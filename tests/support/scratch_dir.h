@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "support/remove_tree.h"
+
 namespace ht::testing {
 
 class ScratchDir {
@@ -17,12 +19,11 @@ class ScratchDir {
     static int counter = 0;
     path_ = std::filesystem::temp_directory_path() /
             ("ht_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
+    remove_tree(path_);
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    remove_tree(path_);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
