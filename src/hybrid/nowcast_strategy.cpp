@@ -325,7 +325,9 @@ class NowcastEngine final : public NowcastStrategy {
     module.eval();
     const double loss = trainer.objective().loss(probe).item<double>();
     if (was_training) module.train();
-    return loss;
+    // Data-parallel: each rank holds its rows of the probe; every rank keeps or undoes a jump on
+    // the same mean, so the replicas stay identical without sending any weights.
+    return trainer.collective().mean(loss, static_cast<double>(probe.input.size(0)));
   }
 
   bool all_finite() const {
