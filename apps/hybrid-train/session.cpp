@@ -35,8 +35,6 @@
 namespace ht::cli {
 namespace {
 
-bool is_text_data(const std::string& dataset) { return dataset != "fashion-mnist"; }
-
 std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   const std::string dataset = c.get_string("data.dataset");
   const int64_t batch = c.get_int("data.batch_size");
@@ -294,6 +292,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.verify = c.get_bool("nowcast.verify");
   o.probe_batches = c.get_int("nowcast.probe_batches");
   o.tolerance = c.get_float("nowcast.tolerance");
+  o.verify_after = c.get_int("nowcast.verify_after");
   o.horizon_search = c.get_int("nowcast.horizon_search");
   o.optimizer_state = parse_optimizer_state(c.get_string("nowcast.optimizer_state"));
   o.momentum_scale = c.get_float("nowcast.momentum_scale");

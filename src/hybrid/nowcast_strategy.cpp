@@ -5,9 +5,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "archive_io.h"
@@ -46,6 +50,39 @@ void fail(const std::string& field, const std::string& why) {
   throw OptionsError("NowcastStrategyOptions." + field + " " + why);
 }
 
+// The optimizer's whole state as bytes in a tensor (so the allocator counts them), in its own
+// checkpoint format: every Optimizer has one, and load() restores it bit-exactly.
+at::Tensor optimizer_snapshot(const Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream os;
+  archive.save_to(os);
+  const std::string bytes = os.str();
+  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+void restore_optimizer(Optimizer& optimizer, const at::Tensor& snapshot) {
+  std::istringstream is(std::string(static_cast<const char*>(snapshot.data_ptr()), static_cast<size_t>(snapshot.numel())));
+  torch::serialize::InputArchive archive;
+  archive.load_from(is);
+  optimizer.load(archive);
+}
+
+// The CPU generator's state (dropout masks, shuffles): an undone window must not shift them.
+at::Tensor cpu_random_state() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_random_state(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
 }  // namespace
 
 void NowcastStrategyOptions::validate() const {
@@ -63,6 +100,12 @@ void NowcastStrategyOptions::validate() const {
   if (horizon_search < 1 || horizon_search > 16)
     fail("horizon_search", "= " + std::to_string(horizon_search) + ": must be in [1, 16] (1 = the schedule's k only)");
   if (horizon_search > 1 && !verify) fail("horizon_search", "needs verify: the probe chooses among the horizons");
+  if (verify_after < 0 || verify_after >= period / kNowcastContext)
+    fail("verify_after", cat("= ", verify_after, ": must be in [0, period / 5 = ", period / kNowcastContext,
+                             ") (0: judge a jump right away; no state is recorded inside the window)"));
+  if (verify_after > 0 && !verify) fail("verify_after", "needs verify (it delays the verification)");
+  if (verify_after > 0 && horizon_search > 1)
+    fail("horizon_search", "must be 1 with verify_after > 0: the search compares horizons right after the jump");
   if (!(tolerance >= 0.0 && tolerance <= 1.0))
     fail("tolerance", cat("= ", tolerance, ": must be in [0, 1] (a share of the probe loss)"));
   if (!(momentum_scale >= 0.0 && momentum_scale <= 1.0))
@@ -110,6 +153,10 @@ std::string NowcastSummary::to_string() const {
   os << "nowcast (" << model << "): " << steps << " steps, " << jumps << " jumps: " << kept << " kept, " << undone
      << " undone, " << skipped << " skipped while backing off; " << horizon_steps_kept
      << " steps jumped by kept jumps; horizon cap at the end " << horizon_cap << "\n";
+  if (steps_redone > 0 || too_late > 0 || optimizer_snapshot_bytes > 0)
+    os << "  delayed verification: " << steps_redone << " steps redone after undone jumps, " << too_late
+       << " jumps not made (too close to the end to judge); optimizer snapshot "
+       << mib_text(optimizer_snapshot_bytes) << "\n";
   os << "  time: setup " << fixed(setup_ms, 0) << " ms, predictions " << fixed(predict_ms, 0) << " ms, probes "
      << fixed(probe_ms, 0) << " ms, recording " << fixed(record_ms, 0) << " ms, real steps " << fixed(real_ms, 0)
      << " ms; state " << mib_text(state_bytes);
@@ -144,11 +191,14 @@ class NowcastEngine final : public NowcastStrategy {
   StepRecord run_step(Trainer& trainer) override {
     const auto t0 = Clock::now();
     ensure_ready(trainer);
-    const int64_t s = trainer.step();  // steps done: this is step s + 1
     StepRecord rec;
     rec.phase = Phase::Full;
+    // Delayed verification: the window after a jump is over. Undone, the step count is back to
+    // before the jump and this step is the jump's step, taken as a real one (states intact).
+    const bool undone_late = pending_ && trainer.step() == jump_step_ + opt_.verify_after && !judge(trainer, rec);
+    const int64_t s = trainer.step();  // steps done: this is step s + 1
     bool jumped = false;
-    if ((s + 1) % interval_ == 0) {
+    if (!undone_late && (s + 1) % interval_ == 0) {
       record(recorded_);
       if (++recorded_ == kNowcastContext) {
         recorded_ = 0;
@@ -188,8 +238,11 @@ class NowcastEngine final : public NowcastStrategy {
     for (const auto& slot : states_)
       for (const auto& t : slot) b += t.defined() ? t.nbytes() : 0;
     for (const auto& t : scratch_) b += t.nbytes();
+    if (optimizer_snapshot_.defined()) b += optimizer_snapshot_.nbytes();
     return b;
   }
+
+  bool at_verified_point() const override { return !pending_; }
 
   void save(torch::serialize::OutputArchive& a) const override {
     archive_io::put(a, "model", opt_.model);
@@ -205,6 +258,21 @@ class NowcastEngine final : public NowcastStrategy {
     archive_io::put(a, "skipped", summary_.skipped);
     archive_io::put(a, "recorded_states", summary_.recorded_states);
     archive_io::put(a, "horizon_steps_kept", summary_.horizon_steps_kept);
+    archive_io::put(a, "steps_redone", summary_.steps_redone);
+    archive_io::put(a, "too_late", summary_.too_late);
+    // A checkpoint inside a delayed-verification window keeps what judging and undoing need.
+    archive_io::put(a, "pending", pending_);
+    if (pending_) {
+      archive_io::put(a, "jump_step", jump_step_);
+      archive_io::put(a, "pending_k", pending_k_);
+      archive_io::put(a, "cursor_seed", static_cast<int64_t>(cursor_.seed));
+      archive_io::put(a, "cursor_epoch", cursor_.epoch);
+      archive_io::put(a, "cursor_position", cursor_.position);
+      a.write("optimizer_snapshot", optimizer_snapshot_);
+      a.write("random_state", random_state_);
+      for (int64_t t = kNowcastContext - 2; t < kNowcastContext; ++t)
+        archive_io::put_tensors(a, "state" + std::to_string(t), states_[t]);
+    }
   }
 
   void load(torch::serialize::InputArchive& a) override {
@@ -226,6 +294,20 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.skipped = archive_io::get_int(a, "skipped");
     summary_.recorded_states = archive_io::get_int(a, "recorded_states");
     summary_.horizon_steps_kept = archive_io::get_int(a, "horizon_steps_kept");
+    summary_.steps_redone = archive_io::get_int(a, "steps_redone");
+    summary_.too_late = archive_io::get_int(a, "too_late");
+    pending_ = archive_io::get_bool(a, "pending");
+    if (pending_) {
+      jump_step_ = archive_io::get_int(a, "jump_step");
+      pending_k_ = archive_io::get_int(a, "pending_k");
+      cursor_.seed = static_cast<uint64_t>(archive_io::get_int(a, "cursor_seed"));
+      cursor_.epoch = archive_io::get_int(a, "cursor_epoch");
+      cursor_.position = archive_io::get_int(a, "cursor_position");
+      optimizer_snapshot_ = archive_io::get_tensor(a, "optimizer_snapshot");
+      random_state_ = archive_io::get_tensor(a, "random_state");
+      for (int64_t t = kNowcastContext - 2; t < kNowcastContext; ++t)
+        archive_io::get_tensors_into(a, "state" + std::to_string(t), states_[t]);
+    }
   }
 
  private:
@@ -350,10 +432,12 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.predict_ms += ms_since(tj);
   }
 
-  void restore_params() {
+  void load_params(const std::vector<at::Tensor>& from) {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(states_[kNowcastContext - 1][i]);
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(from[i]);
   }
+
+  void restore_params() { load_params(states_[kNowcastContext - 1]); }  // the weights before the jump
 
   // The horizons a jump tries: the schedule's k, then (horizon_search > 1) k x 2, k / 2, k x 4,
   // k / 4, ... within [1, min(horizon_max, cap)], without repeats.
@@ -371,6 +455,7 @@ class NowcastEngine final : public NowcastStrategy {
   // One jump at step s + 1: predict in place from the 5 states (the 5th, a copy of the weights,
   // is also the undo snapshot), verify, keep or undo. True when kept (the step is the jump).
   bool jump(Trainer& trainer, int64_t s, StepRecord& rec) {
+    if (opt_.verify && opt_.verify_after > 0) return jump_to_judge_later(trainer, s, rec);
     const auto scope = trainer.memory().phase(MemoryPhase::Predict);
     const int64_t k_schedule = horizon_at(s);
     ++summary_.jumps;
@@ -420,20 +505,119 @@ class NowcastEngine final : public NowcastStrategy {
     trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
     if (!keep) {
       restore_params();
-      ++summary_.undone;
-      cap_ = std::max<int64_t>(1, k_schedule / 2);  // below horizon_min too: the schedule's floor, not the cap's
-      ++fails_;
-      if (fails_ >= 2) skip_left_ = (int64_t{1} << std::min<int64_t>(fails_ - 1, 30)) - 1;
+      count_failure(k_schedule);
       return false;
     }
-    ++summary_.kept;
-    summary_.horizon_steps_kept += k * interval_;
-    cap_ = std::min(opt_.horizon_max, cap_ * 2);
-    fails_ = 0;
+    count_success(k);
     change_optimizer_state(trainer);
     rec.phase = Phase::Predict;
     rec.loss = after;  // the probe's: training batches, eval mode (NaN unverified)
     return true;
+  }
+
+  void count_failure(int64_t k_schedule) {
+    ++summary_.undone;
+    cap_ = std::max<int64_t>(1, k_schedule / 2);  // below horizon_min too: the schedule's floor, not the cap's
+    ++fails_;
+    if (fails_ >= 2) skip_left_ = (int64_t{1} << std::min<int64_t>(fails_ - 1, 30)) - 1;
+  }
+
+  void count_success(int64_t k) {
+    ++summary_.kept;
+    summary_.horizon_steps_kept += k * interval_;
+    cap_ = std::min(opt_.horizon_max, cap_ * 2);
+    fails_ = 0;
+  }
+
+  // Delayed verification's jump at step s + 1: what undoing it later needs is kept (the 5th
+  // state is already the weights), the weights jump, training goes on from them. True when made.
+  bool jump_to_judge_later(Trainer& trainer, int64_t s, StepRecord& rec) {
+    // The window and the step that judges it must fit in the run.
+    if (trainer.options().max_steps - (s + 1) <= opt_.verify_after) {
+      ++summary_.too_late;
+      summary_.jump_log.push_back(cat("step ", s + 1, ": not made, ", trainer.options().max_steps - (s + 1),
+                                      " steps left to judge it in (verify_after ", opt_.verify_after, ")"));
+      return false;
+    }
+    const auto scope = trainer.memory().phase(MemoryPhase::Predict);
+    const int64_t k = horizon_at(s);
+    ++summary_.jumps;
+    cursor_ = trainer.data().cursor();
+    optimizer_snapshot_ = optimizer_snapshot(trainer.optimizer());
+    summary_.optimizer_snapshot_bytes = std::max<int64_t>(summary_.optimizer_snapshot_bytes, optimizer_snapshot_.nbytes());
+    random_state_ = cpu_random_state();
+    predict_into_params(k);
+    rec.extra["nowcast_jump"] = 1.0;
+    rec.extra["horizon"] = static_cast<double>(k);
+    if (!all_finite()) {
+      restore_params();
+      optimizer_snapshot_ = at::Tensor();
+      count_failure(k);
+      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, ": undone (not finite)"));
+      rec.extra["accepted"] = 0.0;
+      trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
+      return false;
+    }
+    pending_ = true;
+    jump_step_ = s + 1;
+    pending_k_ = k;
+    change_optimizer_state(trainer);
+    rec.phase = Phase::Predict;
+    rec.extra["pending"] = 1.0;
+    return true;
+  }
+
+  // The verdict on a delayed jump, at the step after its window (see verify_after). True: kept.
+  // False: weights, optimizer state, data cursor, random state and step count are as before the
+  // jump (the recorded states never changed: the window is shorter than a recording interval).
+  bool judge(Trainer& trainer, StepRecord& rec) {
+    const auto scope = trainer.memory().phase(MemoryPhase::Predict);
+    pending_ = false;
+    const auto tp = Clock::now();
+    const Batch probe = peek_probe(trainer);  // the batches after the window: neither side trained on them
+    const double now = probe_loss(trainer, probe);
+    std::vector<at::Tensor> current;  // the window's weights, while the older ones are scored
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& p : params_) current.push_back(p.detach().clone());
+    }
+    load_params(states_[kNowcastContext - 2]);
+    const double earlier = probe_loss(trainer, probe);  // period / 5 steps before the jump
+    restore_params();
+    const double before = probe_loss(trainer, probe);  // just before the jump
+    summary_.probe_ms += ms_since(tp);
+    // Plain's loss after the window, guessed from its progress over the last recording interval:
+    // the same ratio per step (a loss curve flattens; a straight line would overshoot below zero
+    // on a fast one), or the same drop per step where a loss is not positive.
+    const int64_t window = opt_.verify_after + 1;  // the jump's step and the real steps after it
+    const double share = static_cast<double>(window) / static_cast<double>(interval_);
+    const double plain = before > 0.0 && earlier > before ? before * std::pow(before / earlier, share)
+                                                          : before - std::max(0.0, earlier - before) * share;
+    const bool keep = std::isfinite(now) && now <= plain + opt_.tolerance * std::abs(before);
+    if (keep) {
+      load_params(current);
+      count_success(pending_k_);
+    } else {  // the weights are the pre-jump ones already
+      restore_optimizer(trainer.optimizer(), optimizer_snapshot_);
+      trainer.data().restore(cursor_);
+      set_cpu_random_state(random_state_);
+      trainer.rewind_steps(window);
+      summary_.steps_redone += opt_.verify_after;
+      count_failure(pending_k_);
+    }
+    optimizer_snapshot_ = at::Tensor();
+    random_state_ = at::Tensor();
+    summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", pending_k_ * interval_,
+                                    " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
+                                    fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", fixed(before, 5),
+                                    " before the jump): ", keep ? "kept" : "undone"));
+    trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
+    rec.extra["judged"] = 1.0;
+    rec.extra["accepted"] = keep ? 1.0 : 0.0;
+    rec.extra["probe_before"] = before;
+    rec.extra["probe_after"] = now;
+    rec.extra["probe_plain"] = plain;
+    return keep;
   }
 
   void change_optimizer_state(Trainer& trainer) {
@@ -459,6 +643,13 @@ class NowcastEngine final : public NowcastStrategy {
   int64_t cap_ = 0;         // horizon cap: halves after a failed jump, doubles after a kept one
   int64_t fails_ = 0;       // failed jumps in a row
   int64_t skip_left_ = 0;   // due jumps still to skip
+  // Delayed verification: a jump made at step jump_step_ waits for its verdict.
+  bool pending_ = false;
+  int64_t jump_step_ = 0;
+  int64_t pending_k_ = 0;
+  DataCursor cursor_;
+  at::Tensor optimizer_snapshot_;  // [bytes] uint8, the optimizer's checkpoint format
+  at::Tensor random_state_;
   NowcastSummary summary_;
 };
 
@@ -470,11 +661,18 @@ std::unique_ptr<NowcastStrategy> make_nowcast_strategy(const NowcastStrategyOpti
 }
 
 int64_t nowcast_state_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options) {
-  return parameter_copies_bytes(numels, kNowcastContext) + find_nowcaster(options.model).kept_bytes(numels);
+  int64_t bytes = parameter_copies_bytes(numels, kNowcastContext) + find_nowcaster(options.model).kept_bytes(numels);
+  // Delayed verification keeps the optimizer's state over each window: AdamW's two moments (its
+  // archive adds a few KiB of names and scalars; an 8-bit AdamW keeps less).
+  if (options.verify && options.verify_after > 0) bytes += parameter_copies_bytes(numels, 2);
+  return bytes;
 }
 
 int64_t nowcast_jump_bytes(const std::vector<int64_t>& numels, const NowcastStrategyOptions& options) {
-  return find_nowcaster(options.model).jump_bytes(numels, options.model_options, options.architecture);
+  const int64_t predict = find_nowcaster(options.model).jump_bytes(numels, options.model_options, options.architecture);
+  // Delayed verification's verdict holds one more copy of the weights while older ones are scored.
+  if (options.verify && options.verify_after > 0) return std::max(predict, parameter_copies_bytes(numels, 1));
+  return predict;
 }
 
 }  // namespace ht

@@ -246,6 +246,110 @@ TEST(NowcastStrategy, TheReleasedWnnPlusJumpsAToyMlp) {
   EXPECT_GE(ht::nowcast_state_bytes(numels, o), s->state_bytes() - (64 << 10));
 }
 
+TEST(NowcastStrategy, DelayedVerificationJudgesAJumpAfterItsWindowAndKeepsAGoodOne) {
+  // Period 20 (a state every 4 steps), judged 3 steps after the jump: the jump at step 20, real
+  // steps 21-23 from the predicted weights, the verdict at the start of step 24. Evaluations
+  // wait meanwhile (the weights may still go back).
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify_after = 3;
+  toy::BowlRun run(40);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  for (int i = 0; i < 19; ++i) run.trainer->train_step();
+  const ht::StepRecord jump = run.trainer->train_step();
+  EXPECT_EQ(jump.phase, ht::Phase::Predict);
+  EXPECT_EQ(jump.extra.count("accepted"), 0u);  // not judged yet
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(run.trainer->strategy()->at_verified_point());
+    EXPECT_EQ(run.trainer->train_step().extra.count("judged"), 0u);
+  }
+  const ht::StepRecord verdict = run.trainer->train_step();
+  EXPECT_EQ(verdict.step, 24);
+  EXPECT_EQ(verdict.extra.at("accepted"), 1.0);
+  EXPECT_LT(verdict.extra.at("probe_after"), verdict.extra.at("probe_plain"));
+  EXPECT_TRUE(run.trainer->strategy()->at_verified_point());
+  EXPECT_EQ(s->summary().kept, 1);
+  EXPECT_EQ(s->summary().steps_redone, 0);
+  EXPECT_GT(s->state_bytes(), 0);
+}
+
+TEST(NowcastStrategy, DelayedVerificationUndoesBadJumpsAndTheRunIsPlainBitForBit) {
+  // Every jump is still bad after its window: weights, AdamW's moments and step count, the data
+  // cursor and the random state go back, the jump's step is taken as a real one. The schedule
+  // backs off as with immediate verification; the run is plain's, and 3 steps per undone jump
+  // were thrown away.
+  std::vector<int64_t> horizons;
+  toy::MlpRun run(200), plain(200);
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.horizon_min = 8;
+  o.verify_after = 3;
+  for (auto* r : {&run, &plain}) r->configure([](ht::TrainerOptions& to) { to.eval_every = 10; });
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away, &horizons)));
+  run.trainer->fit();
+  plain.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(run), params_of(plain)));
+  EXPECT_EQ(run.trainer->step(), 200);
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  // 10 periods: fail (k 8), fail (4), skip 1, fail (2), skip 3, fail (1), 2 of 7 skips left.
+  EXPECT_EQ(horizons, (std::vector<int64_t>{8, 4, 2, 1}));
+  EXPECT_EQ(s->summary().undone, 4);
+  EXPECT_EQ(s->summary().kept, 0);
+  EXPECT_EQ(s->summary().skipped, 6);
+  EXPECT_EQ(s->summary().steps_redone, 12);
+  EXPECT_GT(s->summary().optimizer_snapshot_bytes, 2 * 5313 * 4);  // AdamW's two moments, at least
+  // The validation curves agree too: no evaluation scored weights that were later undone.
+  ASSERT_EQ(run.logger.evals.size(), 20u);
+  ASSERT_EQ(run.logger.evals.size(), plain.logger.evals.size());
+  for (size_t i = 0; i < run.logger.evals.size(); ++i) {
+    EXPECT_EQ(run.logger.evals[i].step, plain.logger.evals[i].step);
+    EXPECT_EQ(run.logger.evals[i].val_loss, plain.logger.evals[i].val_loss);
+  }
+}
+
+TEST(NowcastStrategy, DelayedVerificationMakesNoJumpItCouldNotJudge) {
+  // Period 20 over 40 steps: the jump due at step 40 would have no steps left to judge it in.
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify_after = 3;
+  toy::BowlRun run(40);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
+  run.trainer->fit();
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  EXPECT_EQ(s->summary().jumps, 1);
+  EXPECT_EQ(s->summary().too_late, 1);
+  EXPECT_EQ(run.trainer->step(), 40);
+  EXPECT_TRUE(run.trainer->strategy()->at_verified_point());
+}
+
+TEST(NowcastStrategy, ResumeInsideADelayedVerificationWindowIsBitExact) {
+  // Checkpoint at step 22, inside the window of the jump at 20: the resumed run judges it (the
+  // jump is bad: undone from the checkpointed optimizer snapshot, cursor and states) and ends
+  // where the uninterrupted run ends.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("window.ht");
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify_after = 3;
+  toy::MlpRun straight(60);
+  straight.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  straight.trainer->fit();
+
+  toy::MlpRun first(60);
+  first.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 22; ++i) first.trainer->train_step();
+  ASSERT_FALSE(first.trainer->strategy()->at_verified_point());
+  first.trainer->save_checkpoint(path);
+  toy::MlpRun second(60);
+  second.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  second.trainer->load_checkpoint(path);
+  EXPECT_FALSE(second.trainer->strategy()->at_verified_point());
+  second.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(second), params_of(straight)));
+  auto* a = dynamic_cast<ht::NowcastStrategy*>(straight.trainer->strategy());
+  auto* b = dynamic_cast<ht::NowcastStrategy*>(second.trainer->strategy());
+  EXPECT_EQ(b->summary().undone, a->summary().undone);
+  EXPECT_EQ(b->summary().steps_redone, a->summary().steps_redone);
+  EXPECT_GE(a->summary().undone, 1);
+}
+
 TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   auto error_of = [](const std::function<void(ht::NowcastStrategyOptions&)>& change) {
     ht::NowcastStrategyOptions o = options(1000, 40);
@@ -268,6 +372,9 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.architecture = "gpt2"; }), "n_head = 0"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.weights = "/nonexistent/w.safetensors"; }), "cannot read the file"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.weights.clear(); }), "nino_mlp.safetensors"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 200; }), "verify_after = 200: must be in [0, period / 5 = 200)"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.verify = false; }), "verify_after needs verify"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));
   EXPECT_EQ(error_of([](auto&) {}), "no error");
   EXPECT_THROW(ht::parse_optimizer_state("zero"), ht::OptionsError);
 

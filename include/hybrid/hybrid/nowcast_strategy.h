@@ -43,6 +43,16 @@ struct NowcastStrategyOptions {
   bool verify = true;
   int64_t probe_batches = 2;
   double tolerance = 0.0;
+  // Delayed verification (> 0): a jump is judged only after this many real steps from the
+  // predicted weights, because right after a far jump the loss spikes and Adam recovers within a
+  // few hundred steps (BENCHMARKS.md, nowcasting). Then, on the next probe_batches batches (none
+  // trained on), the loss must be below what plain would reach: the loss of the pre-jump weights
+  // carried on at their recent rate (the ratio between the last two recorded states' losses, per
+  // step) over the window. Otherwise weights, optimizer state, data cursor, CPU random state and step count go
+  // back to before the jump, bit-exactly, and the jump's step becomes a real one; the window's
+  // steps are lost time. Must be < period / 5 (no state is recorded inside the window). A jump
+  // with fewer steps than this left in the run is not made: it could not be judged.
+  int64_t verify_after = 0;
   // > 1: also try k x 2, k / 2, k x 4, ... (up to this many horizons in all, within [1, the
   // cap]) on the same probe and keep the lowest loss. Each costs one more
   // prediction and probe forward; the weights are predicted again when the best was not the last.
@@ -71,6 +81,8 @@ struct NowcastSummary {
   int64_t jumps = 0;          // jumps made (predicted and applied)
   int64_t kept = 0;           // of those, passed verification
   int64_t undone = 0;         // of those, failed it: undone, the step became a real one
+  int64_t steps_redone = 0;   // delayed verification: window steps thrown away by undone jumps
+  int64_t too_late = 0;       // delayed verification: jumps not made, too close to the end
   int64_t skipped = 0;        // due while backing off after failures: not attempted
   int64_t recorded_states = 0;
   int64_t horizon_steps_kept = 0;  // sum over kept jumps of k x period / 5: steps jumped
@@ -81,6 +93,7 @@ struct NowcastSummary {
   double real_ms = 0.0;       // real steps
   int64_t state_bytes = 0;    // recorded states + the model kept between jumps
   int64_t horizon_cap = 0;    // at the end
+  int64_t optimizer_snapshot_bytes = 0;  // delayed verification: the optimizer state kept over a window
   std::vector<std::string> jump_log;  // one line per jump: step, k, probe loss before / after, kept
   std::string to_string() const;
 };
