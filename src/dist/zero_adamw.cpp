@@ -1,5 +1,5 @@
 // ZeRO stage 1 AdamW: each rank keeps the moments of 1/N of the flattened parameters, updates
-// that range with make_adamw's loop (same expressions, so the same bits) and all-gathers the rest.
+// that range with make_adamw's loop (kernels/adamw_loop.h, so the same bits) and all-gathers the rest.
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -9,6 +9,7 @@
 
 #include "hybrid/core/errors.h"
 #include "hybrid/dist/data_parallel.h"
+#include "kernels/adamw_loop.h"
 #include "zero_adamw.h"
 
 namespace ht::dist {
@@ -143,24 +144,9 @@ class ZeroAdamW final : public SingleRateOptimizer, public ShardedOptimizerState
     }
   }
 
-  // make_adamw's fused loop over one segment: the same float expressions in the same order.
+  // make_adamw's fused loop over one segment (kernels/adamw_loop.h): the same bits.
   void update(float* pw, const float* gw, float* mw, float* vw, int64_t n, double wd, double bc1, double bc2) {
-    const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
-    const float decay = static_cast<float>(1.0 - lr_ * wd);
-    const float step_size = static_cast<float>(lr_ / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float eps = static_cast<float>(o_.eps);
-    at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-      for (int64_t j = begin; j < end; ++j) {
-        const float gj = gw[j];
-        const float mj = b1 * mw[j] + (1.0f - b1) * gj;
-        const float vj = b2 * vw[j] + (1.0f - b2) * gj * gj;
-        mw[j] = mj;
-        vw[j] = vj;
-        pw[j] = pw[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
-      }
-    });
+    adamw_f32_range(pw, gw, mw, vw, n, AdamWScalars{lr_, o_.beta1, o_.beta2, o_.eps, wd, bc1, bc2});
   }
 
   // Copies the flat range [from, from + n) of the parameters into (to_params = false) or out of

@@ -8,43 +8,20 @@
 #include <torch/torch.h>
 
 #include "hybrid/kernels/optimizers.h"
+#include "kernels/adamw_loop.h"
 #include "kernels/dispatch.h"
 #include "optimizer_state_io.h"
 
 namespace ht {
 namespace {
 
-// One tensor's update: p, m, v change in place.
-struct AdamWScalars {
-  double lr, beta1, beta2, eps, wd, bc1, bc2;
-};
 using AdamWStepFn = void (*)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
                              const AdamWScalars& k);
 
 // Contiguous float32 CPU tensors: one fused pass, no temporaries.
 void adamw_cpu_f32(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
                    const AdamWScalars& k) {
-  float* pw = p.data_ptr<float>();
-  const float* gw = g.data_ptr<float>();
-  float* mw = m.data_ptr<float>();
-  float* vw = v.data_ptr<float>();
-  const float b1 = static_cast<float>(k.beta1), b2 = static_cast<float>(k.beta2);
-  const float decay = static_cast<float>(1.0 - k.lr * k.wd);
-  const float step_size = static_cast<float>(k.lr / k.bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(k.bc2));
-  const float eps = static_cast<float>(k.eps);
-  // Fixed grain: the split (and so the result) depends only on the size and thread count.
-  at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-    for (int64_t j = begin; j < end; ++j) {
-      const float gj = gw[j];
-      const float mj = b1 * mw[j] + (1.0f - b1) * gj;
-      const float vj = b2 * vw[j] + (1.0f - b2) * gj * gj;
-      mw[j] = mj;
-      vw[j] = vj;
-      pw[j] = pw[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
-    }
-  });
+  adamw_f32_range(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel(), k);
 }
 
 // ATen ops: any device, dtype or layout (torch::optim::AdamW's arithmetic).
@@ -139,6 +116,25 @@ class AdamW final : public SingleRateOptimizer {
 };
 
 }  // namespace
+
+void adamw_f32_range(float* pw, const float* gw, float* mw, float* vw, int64_t n, const AdamWScalars& k) {
+  const float b1 = static_cast<float>(k.beta1), b2 = static_cast<float>(k.beta2);
+  const float decay = static_cast<float>(1.0 - k.lr * k.wd);
+  const float step_size = static_cast<float>(k.lr / k.bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(k.bc2));
+  const float eps = static_cast<float>(k.eps);
+  at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t j = begin; j < end; ++j) {
+      const float gj = gw[j];
+      const float mj = b1 * mw[j] + (1.0f - b1) * gj;
+      const float vj = b2 * vw[j] + (1.0f - b2) * gj * gj;
+      mw[j] = mj;
+      vw[j] = vj;
+      pw[j] = pw[j] * decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+    }
+  });
+}
 
 void validate(const AdamWOptions& o) {
   auto fail = [](const char* field, double v, const char* need) {
