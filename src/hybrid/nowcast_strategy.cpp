@@ -104,6 +104,8 @@ void NowcastStrategyOptions::validate() const {
     fail("verify_after", cat("= ", verify_after, ": must be in [0, period / 5 = ", period / kNowcastContext,
                              ") (0: judge a jump right away; no state is recorded inside the window)"));
   if (verify_after > 0 && !verify) fail("verify_after", "needs verify (it delays the verification)");
+  if (!(redo_budget >= 0.0 && redo_budget <= 1.0))
+    fail("redo_budget", cat("= ", redo_budget, ": must be in [0, 1] (a share of the run's steps)"));
   if (verify_after > 0 && horizon_search > 1)
     fail("horizon_search", "must be 1 with verify_after > 0: the search compares horizons right after the jump");
   if (!(tolerance >= 0.0 && tolerance <= 1.0))
@@ -155,7 +157,8 @@ std::string NowcastSummary::to_string() const {
      << " steps jumped by kept jumps; horizon cap at the end " << horizon_cap << "\n";
   if (steps_redone > 0 || too_late > 0 || optimizer_snapshot_bytes > 0)
     os << "  delayed verification: " << steps_redone << " steps redone after undone jumps, " << too_late
-       << " jumps not made (too close to the end to judge); optimizer snapshot "
+       << " jumps not made (too close to the end to judge), " << over_budget
+       << " not made (redo budget spent); optimizer snapshot "
        << mib_text(optimizer_snapshot_bytes) << "\n";
   os << "  time: setup " << fixed(setup_ms, 0) << " ms, predictions " << fixed(predict_ms, 0) << " ms, probes "
      << fixed(probe_ms, 0) << " ms, recording " << fixed(record_ms, 0) << " ms, real steps " << fixed(real_ms, 0)
@@ -260,6 +263,7 @@ class NowcastEngine final : public NowcastStrategy {
     archive_io::put(a, "horizon_steps_kept", summary_.horizon_steps_kept);
     archive_io::put(a, "steps_redone", summary_.steps_redone);
     archive_io::put(a, "too_late", summary_.too_late);
+    archive_io::put(a, "over_budget", summary_.over_budget);
     // A checkpoint inside a delayed-verification window keeps what judging and undoing need.
     archive_io::put(a, "pending", pending_);
     if (pending_) {
@@ -296,6 +300,7 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.horizon_steps_kept = archive_io::get_int(a, "horizon_steps_kept");
     summary_.steps_redone = archive_io::get_int(a, "steps_redone");
     summary_.too_late = archive_io::get_int(a, "too_late");
+    summary_.over_budget = archive_io::get_int(a, "over_budget");
     pending_ = archive_io::get_bool(a, "pending");
     if (pending_) {
       jump_step_ = archive_io::get_int(a, "jump_step");
@@ -537,6 +542,13 @@ class NowcastEngine final : public NowcastStrategy {
       ++summary_.too_late;
       summary_.jump_log.push_back(cat("step ", s + 1, ": not made, ", trainer.options().max_steps - (s + 1),
                                       " steps left to judge it in (verify_after ", opt_.verify_after, ")"));
+      return false;
+    }
+    // Another failure must fit in the redo budget (0 or 1: no limit).
+    const int64_t budget = static_cast<int64_t>(opt_.redo_budget * static_cast<double>(trainer.options().max_steps));
+    if (opt_.redo_budget > 0.0 && opt_.redo_budget < 1.0 && summary_.steps_redone + opt_.verify_after > budget) {
+      ++summary_.over_budget;
+      summary_.jump_log.push_back(cat("step ", s + 1, ": not made, the redo budget (", budget, " steps) is spent"));
       return false;
     }
     const auto scope = trainer.memory().phase(MemoryPhase::Predict);

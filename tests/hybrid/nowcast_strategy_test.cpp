@@ -252,6 +252,7 @@ TEST(NowcastStrategy, DelayedVerificationJudgesAJumpAfterItsWindowAndKeepsAGoodO
   // wait meanwhile (the weights may still go back).
   ht::NowcastStrategyOptions o = options(20, 4);
   o.verify_after = 3;
+  o.redo_budget = 0;  // a short run: no limit
   toy::BowlRun run(40);
   run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
   auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
@@ -283,6 +284,7 @@ TEST(NowcastStrategy, DelayedVerificationUndoesBadJumpsAndTheRunIsPlainBitForBit
   ht::NowcastStrategyOptions o = options(20, 8);
   o.horizon_min = 8;
   o.verify_after = 3;
+  o.redo_budget = 0;  // no limit: the back-off alone
   for (auto* r : {&run, &plain}) r->configure([](ht::TrainerOptions& to) { to.eval_every = 10; });
   run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away, &horizons)));
   run.trainer->fit();
@@ -306,10 +308,30 @@ TEST(NowcastStrategy, DelayedVerificationUndoesBadJumpsAndTheRunIsPlainBitForBit
   }
 }
 
+TEST(NowcastStrategy, DelayedVerificationStopsJumpingWhenTheRedoBudgetIsSpent) {
+  // 200 steps, 5 % = 10 steps may be redone: 3 failed windows of 3 steps fit, the 4th does not.
+  std::vector<int64_t> horizons;
+  toy::MlpRun run(200), plain(200);
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.horizon_min = 8;
+  o.verify_after = 3;
+  o.redo_budget = 0.05;
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away, &horizons)));
+  run.trainer->fit();
+  plain.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(run), params_of(plain)));
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  EXPECT_EQ(horizons, (std::vector<int64_t>{8, 4, 2}));
+  EXPECT_EQ(s->summary().steps_redone, 9);
+  EXPECT_EQ(s->summary().over_budget, 2);  // the 8th and 9th periods' (5-7 were skipped backing off)
+  EXPECT_EQ(s->summary().too_late, 1);     // the 10th, at the last step
+}
+
 TEST(NowcastStrategy, DelayedVerificationMakesNoJumpItCouldNotJudge) {
   // Period 20 over 40 steps: the jump due at step 40 would have no steps left to judge it in.
   ht::NowcastStrategyOptions o = options(20, 4);
   o.verify_after = 3;
+  o.redo_budget = 0;  // a short run: no limit
   toy::BowlRun run(40);
   run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
   run.trainer->fit();
@@ -328,6 +350,7 @@ TEST(NowcastStrategy, ResumeInsideADelayedVerificationWindowIsBitExact) {
   const std::string path = scratch.file("window.ht");
   ht::NowcastStrategyOptions o = options(20, 8);
   o.verify_after = 3;
+  o.redo_budget = 0;  // a short run: no limit
   toy::MlpRun straight(60);
   straight.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
   straight.trainer->fit();
@@ -374,6 +397,7 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.weights.clear(); }), "nino_mlp.safetensors"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 200; }), "verify_after = 200: must be in [0, period / 5 = 200)"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.verify = false; }), "verify_after needs verify"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));
   EXPECT_EQ(error_of([](auto&) {}), "no error");
   EXPECT_THROW(ht::parse_optimizer_state("zero"), ht::OptionsError);

@@ -53,6 +53,10 @@ struct NowcastStrategyOptions {
   // steps are lost time. Must be < period / 5 (no state is recorded inside the window). A jump
   // with fewer steps than this left in the run is not made: it could not be judged.
   int64_t verify_after = 0;
+  // The share of the run's steps that undone windows may throw away: a delayed jump is made only
+  // while steps_redone + verify_after fits in it, so a run whose jumps all fail stays within
+  // about this much of plain's time (1 / 0: no limit, as with immediate verification).
+  double redo_budget = 0.03;
   // > 1: also try k x 2, k / 2, k x 4, ... (up to this many horizons in all, within [1, the
   // cap]) on the same probe and keep the lowest loss. Each costs one more
   // prediction and probe forward; the weights are predicted again when the best was not the last.
@@ -83,6 +87,7 @@ struct NowcastSummary {
   int64_t undone = 0;         // of those, failed it: undone, the step became a real one
   int64_t steps_redone = 0;   // delayed verification: window steps thrown away by undone jumps
   int64_t too_late = 0;       // delayed verification: jumps not made, too close to the end
+  int64_t over_budget = 0;    // delayed verification: jumps not made, redo_budget spent
   int64_t skipped = 0;        // due while backing off after failures: not attempted
   int64_t recorded_states = 0;
   int64_t horizon_steps_kept = 0;  // sum over kept jumps of k x period / 5: steps jumped
