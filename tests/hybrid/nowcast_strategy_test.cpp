@@ -299,6 +299,15 @@ TEST(NowcastStrategy, DelayedVerificationUndoesBadJumpsAndTheRunIsPlainBitForBit
   EXPECT_EQ(s->summary().skipped, 6);
   EXPECT_EQ(s->summary().steps_redone, 12);
   EXPECT_GT(s->summary().optimizer_snapshot_bytes, 2 * 5313 * 4);  // AdamW's two moments, at least
+  // The planner counts the snapshot as two copies of the parameters; the archive adds names and
+  // scalars, a few KiB.
+  std::vector<int64_t> numels;
+  for (const auto& p : params_of(run)) numels.push_back(p.numel());
+  ht::NowcastStrategyOptions immediate = o;
+  immediate.verify_after = 0;
+  const int64_t planned = ht::nowcast_state_bytes(numels, o) - ht::nowcast_state_bytes(numels, immediate);
+  EXPECT_EQ(planned, ht::parameter_copies_bytes(numels, 2));
+  EXPECT_NEAR(static_cast<double>(s->summary().optimizer_snapshot_bytes), static_cast<double>(planned), 16 << 10);
   // The validation curves agree too: no evaluation scored weights that were later undone.
   ASSERT_EQ(run.logger.evals.size(), 20u);
   ASSERT_EQ(run.logger.evals.size(), plain.logger.evals.size());
