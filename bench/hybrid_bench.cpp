@@ -49,7 +49,8 @@ struct RunResult {
 // Nowcast modes: "wnn" / "nino" (run.mode=nowcast with that nowcaster, NiNo's defaults), with a
 // suffix "-reset" / "-rescale" (the optimizer's state after a kept jump), "-noverify" or "-search"
 // (nowcast.horizon_search=5: each jump tries k, 2k, k/2, 4k, k/4 on the probe) or "-late"
-// (delayed verification: each jump judged period / 10 real steps after it).
+// (delayed verification: each jump judged period / 10 real steps after it) or "-long" (judged
+// period / 5 - 1 steps after it, on a 16-batch probe).
 bool is_nowcast_mode(const std::string& mode) {
   return mode == "wnn" || mode == "nino" || mode.rfind("wnn-", 0) == 0 || mode.rfind("nino-", 0) == 0;
 }
@@ -86,7 +87,7 @@ class Run {
       if (variant == "reset" || variant == "rescale") c.set_override("nowcast.optimizer_state=" + variant);
       else if (variant == "noverify") c.set_override("nowcast.verify=false");
       else if (variant == "search") c.set_override("nowcast.horizon_search=5");
-      else if (variant == "late") {}  // below, once nowcast.period is final
+      else if (variant == "late" || variant == "long") {}  // below, once nowcast.period is final
       else if (!variant.empty()) throw std::invalid_argument("unknown nowcast mode '" + mode + "'");
     }
     if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
@@ -95,9 +96,17 @@ class Run {
       for (auto kv : {"lookahead.k=10", "lookahead.alpha=0.3", "lookahead.momentum=0.7"}) c.set_override(kv);
     for (const auto& kv : extra)  // hybrid.* and nowcast.* only where they apply
       if ((kv.rfind("hybrid.", 0) != 0 || hybrid) && (kv.rfind("nowcast.", 0) != 0 || nowcast)) c.set_override(kv);
-    // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it.
-    if (nowcast && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "-late") == 0)
+    // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it
+    // (unless --set nowcast.verify_after says otherwise).
+    const bool window_set = std::any_of(extra.begin(), extra.end(),
+                                        [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; });
+    if (nowcast && !window_set && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "-late") == 0)
       c.set_override(fmt::format("nowcast.verify_after={}", c.get_int("nowcast.period") / 10));
+    // "<nowcaster>-long": the longest window (period / 5 - 1 steps) and a 16-batch probe.
+    if (nowcast && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "-long") == 0) {
+      c.set_override(fmt::format("nowcast.verify_after={}", c.get_int("nowcast.period") / 5 - 1));
+      c.set_override("nowcast.probe_batches=16");
+    }
     session_ = ht::cli::build_session(c, true);
     ht::TrainerOptions o = ht::cli::trainer_options(c);
     o.checkpoint.dir.clear();  // no disk I/O inside the timed region
@@ -200,7 +209,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
   const std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average",
                                               "wnn", "nino", "wnn-reset", "wnn-rescale", "wnn-noverify", "nino-noverify",
-                                              "wnn-search", "nino-search", "wnn-late", "nino-late"};
+                                              "wnn-search", "nino-search", "wnn-late", "nino-late", "wnn-long", "nino-long"};
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   int64_t fm16_steps = 10000, gpt_wide_steps = 3000, threads = 2;
@@ -225,7 +234,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
                  "plain hybrid hybrid-batch lookahead snoo plain-average wnn nino wnn-reset wnn-rescale wnn-noverify "
-                 "nino-noverify wnn-search nino-search wnn-late nino-late (plain is required: it sets the target)")
+                 "nino-noverify wnn-search nino-search wnn-late nino-late wnn-long nino-long (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));
