@@ -106,8 +106,17 @@ int build(BuildArgs a, const std::string& command_line) {
                      {"corpus", fmt::format("{} runs ({} trained on), {} states each", corpus.size(), train.size(),
                                             a.scale.states)},
                      {"held_out", held_text}});
-  std::printf("wrote %s; corpus %.1f s, meta-training %.1f s, total %.1f s\n", a.out.c_str(), corpus_s, train_s,
-              seconds_since(t_all));
+  // The file must load as the nowcast mode loads it, and predict finite weights.
+  auto check = ht::load_wnn_plus(a.out, ht::nowcast_spec_feedforward({{"fc.weight", {4, 3}}, {"fc.bias", {4}}}));
+  std::vector<std::vector<at::Tensor>> states(2);
+  for (int t = 0; t < ht::kNowcastContext; ++t) {
+    states[0].push_back(torch::randn({4, 3}) + 0.1 * t);
+    states[1].push_back(torch::randn({4}) - 0.1 * t);
+  }
+  for (const auto& p : check->predict(states, check->max_horizon()))
+    if (!torch::isfinite(p).all().item<bool>()) throw std::runtime_error(a.out + " predicts non-finite weights");
+  std::printf("wrote %s (loads through load_wnn_plus, %ld horizons); corpus %.1f s, meta-training %.1f s, total %.1f s\n",
+              a.out.c_str(), static_cast<long>(check->max_horizon()), corpus_s, train_s, seconds_since(t_all));
   return 0;
 }
 
@@ -115,7 +124,7 @@ struct EvalArgs {
   std::string own = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn.safetensors";
   std::string wnn = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
   std::string tasks = "fm16,gpt-tiny-kjv";
-  int64_t fm16_interval = 200, fm16_states = 45, gpt_interval = 20, gpt_states = 45;
+  int64_t fm16_interval = 200, fm16_states = 45, gpt_interval = 40, gpt_states = 45;
   std::string log;
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 };

@@ -1,5 +1,5 @@
 // Tests of our own nowcaster's pieces: the trajectory recorder and corpus file, the WNN+ weights
-// writer against the released file, and meta-training on a synthetic corpus.
+// writer against the released file, meta-training on a synthetic corpus, the registry entry.
 #include <cmath>
 #include <map>
 #include <string>
@@ -11,6 +11,7 @@
 #include "hybrid/core/safetensors.h"
 #include "hybrid/hybrid/nowcast.h"
 #include "hybrid/hybrid/nowcast_meta.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 #include "support/scratch_dir.h"
 
 namespace {
@@ -154,6 +155,22 @@ TEST(NowcastMeta, TrainedFileLoadsThroughLoadWnnPlusAndExtrapolates) {
     err_none += (states[9][i] - states[9 + k][i]).pow(2).mean().item<double>();
   }
   EXPECT_LT(err_pred, 0.5 * err_none) << "prediction " << err_pred << " last state " << err_none;
+}
+
+TEST(NowcastMeta, RegistryListsOurOwnNowcasterAndItsCommittedWeightsLoad) {
+  std::vector<std::string> names;
+  for (const auto& s : ht::nowcaster_registry()) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own"}));
+  const ht::NowcasterSpec& own = ht::find_nowcaster("own");
+  const std::string path = std::string(HT_SOURCE_DIR) + "/models/" + own.weights_file;
+  auto model = own.load(path, small_spec(), {});
+  EXPECT_EQ(model->name(), "wnn+");
+  EXPECT_EQ(model->max_horizon(), 40);
+  const auto states = drifting_states(small_spec(), 5, 9);
+  std::vector<std::vector<at::Tensor>> context(3);
+  for (size_t i = 0; i < 3; ++i)
+    for (int t = 0; t < 5; ++t) context[i].push_back(states[t][i]);
+  for (const auto& p : model->predict(context, 8)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
 }
 
 }  // namespace
