@@ -76,6 +76,7 @@ TEST(NowcastMeta, RecorderKeepsWholeTensorSumsAndASampleOfScalars) {
     EXPECT_FLOAT_EQ(tt.values[1][m].item<float>(), 2.0f * v);
     EXPECT_EQ(tt.kinds[m].item<int64_t>(), 7 + (v % 12) / 4) << "scalar " << v;
   }
+  EXPECT_THROW(rec.record({torch::zeros({4, 11})}), ht::NowcastError);  // not the spec's shape
 }
 
 TEST(NowcastMeta, CorpusFileRoundTrips) {

@@ -44,6 +44,7 @@ class TrajectoryRecorder {
 
  private:
   NowcastSpec spec_;
+  std::vector<int64_t> numel_;
   std::vector<at::Tensor> index_, kinds_;
   std::vector<std::vector<at::Tensor>> values_;
   std::vector<std::vector<double>> sum_, sumsq_;

@@ -38,6 +38,7 @@ TrajectoryRecorder::TrajectoryRecorder(const NowcastSpec& spec, int64_t max_scal
                                                    std::to_string(kind) + "; WNN+ takes kinds 1-9 or kAttnQKV");
       kinds = at::full({idx.size(0)}, kind, at::kLong);
     }
+    numel_.push_back(n);
     index_.push_back(idx);
     kinds_.push_back(kinds);
   }
@@ -53,8 +54,9 @@ void TrajectoryRecorder::record(const std::vector<at::Tensor>& params) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor flat = params[i].detach().to(at::kCPU, at::kFloat).reshape(-1);
-    if (flat.numel() != index_[i].numel() && flat.numel() < index_[i].max().item<int64_t>() + 1)
-      throw NowcastError("TrajectoryRecorder::record: '" + spec_.params[i].name + "' is smaller than its spec");
+    if (flat.numel() != numel_[i])
+      throw NowcastError("TrajectoryRecorder::record: '" + spec_.params[i].name + "' has " +
+                         std::to_string(flat.numel()) + " values, its spec " + std::to_string(numel_[i]));
     const at::Tensor d = flat.to(at::kDouble);
     sum_[i].push_back(d.sum().item<double>());
     sumsq_[i].push_back(at::dot(d, d).item<double>());
@@ -70,8 +72,7 @@ Trajectory TrajectoryRecorder::take(const std::string& task, int64_t interval) {
   for (size_t i = 0; i < spec_.params.size(); ++i) {
     TrajectoryTensor tt;
     tt.name = spec_.params[i].name;
-    tt.numel = 1;
-    for (int64_t d : spec_.params[i].shape) tt.numel *= d;
+    tt.numel = numel_[i];
     tt.kinds = kinds_[i];
     tt.values = values_[i].empty() ? at::empty({0, index_[i].size(0)}, at::kFloat) : at::stack(values_[i]);
     tt.sum = std::move(sum_[i]);
