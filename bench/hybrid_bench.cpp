@@ -46,13 +46,15 @@ struct RunResult {
   std::string nowcast_summary;
 };
 
-// Nowcast modes: "wnn" / "nino" (run.mode=nowcast with that nowcaster, NiNo's defaults), with a
+// Nowcast modes: "wnn" / "nino" / "own" (run.mode=nowcast with that nowcaster, NiNo's defaults), with a
 // suffix "-reset" / "-rescale" (the optimizer's state after a kept jump), "-noverify" or "-search"
 // (nowcast.horizon_search=5: each jump tries k, 2k, k/2, 4k, k/4 on the probe) or "-late"
 // (delayed verification: each jump judged period / 10 real steps after it) or "-long" (judged
 // period / 5 - 1 steps after it, on a 16-batch probe).
 bool is_nowcast_mode(const std::string& mode) {
-  return mode == "wnn" || mode == "nino" || mode.rfind("wnn-", 0) == 0 || mode.rfind("nino-", 0) == 0;
+  for (const std::string model : {"wnn", "nino", "own"})
+    if (mode == model || mode.rfind(model + "-", 0) == 0) return true;
+  return false;
 }
 
 int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
@@ -209,7 +211,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
   const std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average",
                                               "wnn", "nino", "wnn-reset", "wnn-rescale", "wnn-noverify", "nino-noverify",
-                                              "wnn-search", "nino-search", "wnn-late", "nino-late", "wnn-long", "nino-long"};
+                                              "wnn-search", "nino-search", "wnn-late", "nino-late", "wnn-long", "nino-long",
+                                              "own", "own-noverify", "own-late", "own-long"};
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   int64_t fm16_steps = 10000, gpt_wide_steps = 3000, threads = 2;
@@ -234,7 +237,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
                  "plain hybrid hybrid-batch lookahead snoo plain-average wnn nino wnn-reset wnn-rescale wnn-noverify "
-                 "nino-noverify wnn-search nino-search wnn-late nino-late wnn-long nino-long (plain is required: it sets the target)")
+                 "nino-noverify wnn-search nino-search wnn-late nino-late wnn-long nino-long own own-noverify own-late "
+                 "own-long (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));

@@ -142,7 +142,7 @@ const std::vector<KeySpec>& config_schema() {
       // Nowcast defaults come from NowcastStrategyOptions (NiNo's schedule); nowcast.model's values
       // from the nowcaster registry.
       {"nowcast.model", T::String, N.model, nowcaster_names(), "pretrained nowcaster (run.mode = nowcast)"},
-      {"nowcast.weights", T::String, "", {}, "its weights file; empty = models/nino/<its released file> in the source tree"},
+      {"nowcast.weights", T::String, "", {}, "its weights file; empty = models/<its file> in the source tree (nino/nino_mlp.safetensors, ...)"},
       {"nowcast.period", T::Int, num(N.period), {}, "steps per jump; a state of the weights is recorded every period / 5 (a multiple of 5)", R::in(5, kSteps)},
       {"nowcast.horizon_max", T::Int, num(N.horizon_max), {}, "first jump's horizon, in recording intervals (period / 5 steps)", R::in(1, 1000)},
       {"nowcast.horizon_min", T::Int, num(N.horizon_min), {}, "last jump's horizon (= horizon_max: constant)", R::in(1, 1000)},

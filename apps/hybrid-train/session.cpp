@@ -278,7 +278,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.weights = c.get_string("nowcast.weights");
   if (o.weights.empty()) {
     try {
-      o.weights = (std::filesystem::path(HT_SOURCE_DIR) / "models" / "nino" / find_nowcaster(o.model).weights_file).string();
+      o.weights = (std::filesystem::path(HT_SOURCE_DIR) / "models" / find_nowcaster(o.model).weights_file).string();
     } catch (const OptionsError& e) {
       throw config_error(e);
     }

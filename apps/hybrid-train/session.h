@@ -84,7 +84,7 @@ HybridOptions hybrid_options(const Config& config);
 // run.device, checked against what this LibTorch and machine have (ConfigError otherwise).
 c10::Device run_device(const Config& config);
 // The nowcast.* keys as the strategy's options, validated, for a model of this architecture
-// (BuiltModel::architecture, n_head); nowcast.weights defaults to models/nino/ in the source tree.
+// (BuiltModel::architecture, n_head); nowcast.weights defaults to models/<its weights_file> in the source tree.
 NowcastStrategyOptions nowcast_options(const Config& config, const std::string& architecture, int64_t n_head);
 // The step strategy run.mode asks for: null for plain, the hybrid engine, Lookahead or nowcast.
 // Nowcast reads the model's architecture from the session; without one, from model.kind.

@@ -178,10 +178,10 @@ class NowcastEngine final : public NowcastStrategy {
     if (!factory_) {
       const NowcasterSpec& spec = find_nowcaster(opt_.model);
       if (opt_.weights.empty())
-        fail("weights", "is empty: give the path of " + spec.weights_file + " (models/nino/ in the source tree)");
+        fail("weights", "is empty: give the path of models/" + spec.weights_file + " in the source tree");
       if (!std::ifstream(opt_.weights).good())
-        fail("weights", "= \"" + opt_.weights + "\": cannot read the file; it should be " + spec.weights_file +
-                            " from models/nino/ in the source tree");
+        fail("weights", "= \"" + opt_.weights + "\": cannot read the file; it should be models/" +
+                            spec.weights_file + " from the source tree");
       factory_ = [spec, path = opt_.weights, mo = opt_.model_options](const NowcastSpec& s) {
         return spec.load(path, s, mo);
       };

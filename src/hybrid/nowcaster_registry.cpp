@@ -9,9 +9,11 @@ namespace ht {
 // Adding a nowcaster: its file defines <name>_nowcaster_spec(); one line here declares and lists it.
 NowcasterSpec wnn_nowcaster_spec();   // nowcast/wnn_plus.cpp
 NowcasterSpec nino_nowcaster_spec();  // nowcast/nino.cpp
+NowcasterSpec own_nowcaster_spec();   // nowcast/wnn_plus.cpp: WNN+ with our meta-trained weights
 
 const std::vector<NowcasterSpec>& nowcaster_registry() {
-  static const std::vector<NowcasterSpec> all = {wnn_nowcaster_spec(), nino_nowcaster_spec()};
+  static const std::vector<NowcasterSpec> all = {wnn_nowcaster_spec(), nino_nowcaster_spec(),
+                                                 own_nowcaster_spec()};
   return all;
 }
 

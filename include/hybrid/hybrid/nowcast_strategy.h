@@ -14,9 +14,9 @@
 namespace ht {
 
 struct NowcastStrategyOptions {
-  // The nowcaster, by its registry name (nowcaster_registry.h: wnn, nino), and its weights file.
+  // The nowcaster, by its registry name (nowcaster_registry.h: wnn, nino, own), and its weights file.
   std::string model = "wnn";
-  std::string weights;  // path to the safetensors file; the CLI fills in models/nino/<its file>
+  std::string weights;  // path to the safetensors file; the CLI fills in models/<its weights_file>
   // How the model's parameters form a neural graph (BuiltModel::architecture): "feedforward"
   // (MLP, CNN) or "gpt2" (Hugging Face names), with the GPT's attention heads.
   std::string architecture = "feedforward";

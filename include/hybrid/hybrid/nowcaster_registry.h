@@ -13,9 +13,9 @@
 namespace ht {
 
 struct NowcasterSpec {
-  std::string name;          // "wnn", "nino": NowcastStrategyOptions::model
+  std::string name;          // "wnn", "nino", "own": NowcastStrategyOptions::model
   std::string help;          // one line for `config --keys`
-  std::string weights_file;  // its released weights, a file name under models/nino/
+  std::string weights_file;  // its weights, a path under models/ (e.g. "nino/nino_mlp.safetensors")
   // Loads the weights and builds the model for this parameter spec (NiNo: its neural graph and
   // Laplacian features, once). Throws NowcastError naming the problem.
   std::function<std::unique_ptr<NowcastModel>(const std::string& weights_path, NowcastSpec spec,
@@ -31,8 +31,8 @@ struct NowcasterSpec {
       jump_bytes;
 };
 
-// In the order `config --keys` lists them. Our own meta-trained nowcaster (issue 21, item 2c)
-// would join as a third line in nowcaster_registry.cpp with its own weights file.
+// In the order `config --keys` lists them: wnn, nino, own (WNN+ meta-trained on this project's
+// runs by nowcast-meta, issue 21 item 2c).
 const std::vector<NowcasterSpec>& nowcaster_registry();
 // The spec of that name; OptionsError listing the names otherwise.
 const NowcasterSpec& find_nowcaster(const std::string& name);

@@ -266,7 +266,7 @@ NowcasterSpec nino_nowcaster_spec() {
   NowcasterSpec s;
   s.name = "nino";
   s.help = "NiNo (graph neural network on the model's neural graph, released nino_no_posw weights)";
-  s.weights_file = "nino_no_posw.safetensors";
+  s.weights_file = "nino/nino_no_posw.safetensors";
   s.load = [](const std::string& path, NowcastSpec spec, const NowcastOptions& options) {
     return load_nino(path, std::move(spec), options);
   };

@@ -113,7 +113,7 @@ NowcasterSpec wnn_nowcaster_spec() {
   NowcasterSpec s;
   s.name = "wnn";
   s.help = "WNN+ (NiNo's per-scalar MLP, released nino_mlp weights): cheap, no graph";
-  s.weights_file = "nino_mlp.safetensors";
+  s.weights_file = "nino/nino_mlp.safetensors";
   s.load = [](const std::string& path, NowcastSpec spec, const NowcastOptions& options) {
     return load_wnn_plus(path, std::move(spec), options);
   };
@@ -124,6 +124,16 @@ NowcasterSpec wnn_nowcaster_spec() {
     for (int64_t n : numels) rows = std::max(rows, std::min(n, options.chunk_rows));
     return rows * (architecture == "gpt2" ? 1576 : 1064);
   };
+  return s;
+}
+
+// Our own: the same network with weights meta-trained on this project's runs (nowcast-meta,
+// apps/nowcast-meta; models/own/README.md says which corpus and scale), so the same costs.
+NowcasterSpec own_nowcaster_spec() {
+  NowcasterSpec s = wnn_nowcaster_spec();
+  s.name = "own";
+  s.help = "WNN+ meta-trained on this project's own runs (nowcast-meta, models/own)";
+  s.weights_file = "own/own_wnn.safetensors";
   return s;
 }
 

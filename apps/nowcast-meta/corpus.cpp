@@ -1,0 +1,175 @@
+// The corpus runs: drawn from shapes and settings the benchmarks do not use, trained with the
+// project's Trainer (the CLI's session for data and GPTs), every parameter recorded every interval.
+#include "corpus.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "hybrid-train/session.h"
+#include "hybrid/core/errors.h"
+#include "hybrid/core/trainer.h"
+#include "hybrid/kernels/optimizers.h"
+#include "hybrid/models/cnn.h"
+#include "hybrid/models/mlp.h"
+
+namespace ht::meta {
+namespace {
+
+template <typename T>
+const T& pick(const std::vector<T>& v, std::mt19937_64& rng) {
+  return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+}
+
+double log_uniform(double lo, double hi, std::mt19937_64& rng) {
+  return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
+}
+
+std::string join(const std::vector<int64_t>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+
+std::string CorpusTask::describe() const {
+  std::string shape = family == "mlp"   ? "784-" + join(widths, "-") + "-10"
+                      : family == "cnn" ? "channels " + join(widths, "/")
+                                        : fmt::format("{} x {}, {} heads, context {}", widths[0], widths[1], widths[2], context);
+  return fmt::format("{} {}, batch {}, AdamW lr {:.2e} beta2 {} wd {}, {}, seed {}, {} steps, a state every {}", family,
+                     shape, batch, lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
+                     interval);
+}
+
+std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
+  std::mt19937_64 rng(scale.seed);
+  // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32) or 4 x 128 GPT.
+  const std::vector<std::vector<int64_t>> mlps = {{128}, {256, 64}, {64, 64, 32}, {384, 128}, {96, 48}, {200, 100, 50}, {48}};
+  const std::vector<std::vector<int64_t>> cnns = {{8, 16}, {12, 24}, {24, 16}, {8, 8}, {6, 12}, {4, 12}};
+  const std::vector<std::vector<int64_t>> gpts = {{1, 32, 2}, {2, 32, 4}, {2, 48, 4}, {3, 32, 2}, {1, 64, 4}, {2, 64, 2}};
+  std::vector<CorpusTask> tasks;
+  for (int64_t r = 0; r < scale.runs; ++r) {
+    CorpusTask t;
+    t.family = r % 3 == 0 ? "mlp" : r % 3 == 1 ? "cnn" : "gpt";
+    t.seed = 100 + r;
+    t.states = scale.states;
+    t.cosine = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+    std::vector<int64_t> intervals;
+    if (t.family == "mlp") {
+      t.widths = pick(mlps, rng);
+      t.batch = pick(std::vector<int64_t>{64, 128, 256}, rng);
+      t.lr = log_uniform(3e-4, 4e-3, rng);
+      t.weight_decay = pick(std::vector<double>{0.0, 0.01}, rng);
+      intervals = {50, 100, 200};
+    } else if (t.family == "cnn") {
+      t.widths = pick(cnns, rng);
+      t.batch = pick(std::vector<int64_t>{64, 128}, rng);
+      t.lr = log_uniform(1e-3, 1e-2, rng);
+      t.weight_decay = pick(std::vector<double>{0.0, 0.01}, rng);
+      intervals = {25, 50, 100};
+    } else {
+      t.widths = pick(gpts, rng);
+      t.batch = pick(std::vector<int64_t>{8, 16}, rng);
+      t.context = pick(std::vector<int64_t>{32, 64}, rng);
+      t.lr = log_uniform(1e-3, 1e-2, rng);
+      t.beta2 = pick(std::vector<double>{0.95, 0.999}, rng);
+      t.weight_decay = pick(std::vector<double>{0.0, 0.1}, rng);
+      intervals = {20, 50, 100};
+    }
+    t.interval = std::max<int64_t>(1, std::llround(pick(intervals, rng) * scale.interval_scale));
+    tasks.push_back(t);
+  }
+  return tasks;
+}
+
+void write_license_text(const std::string& path) {
+  const std::filesystem::path dir = "/usr/share/common-licenses";
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file()) files.push_back(e.path());
+  if (ec || files.empty())
+    throw DataError("no license texts in " + dir.string() + " (Debian's base-files package provides them)");
+  std::sort(files.begin(), files.end());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const auto& f : files) out << std::ifstream(f, std::ios::binary).rdbuf() << "\n";
+  if (!out) throw DataError("cannot write " + path);
+}
+
+Trajectory record_task(const CorpusTask& t, int64_t max_scalars, const std::string& fashion_mnist_dir,
+                       const std::string& text_path) {
+  cli::Config c;
+  auto set = [&](const std::string& kv) { c.set_override(kv); };
+  set("run.seed=" + std::to_string(t.seed));
+  set("data.batch_size=" + std::to_string(t.batch));
+  set("data.val_batches=1");
+  set(fmt::format("optim.lr={}", t.lr));
+  set(fmt::format("optim.beta2={}", t.beta2));
+  set(fmt::format("optim.weight_decay={}", t.weight_decay));
+  set("train.steps=" + std::to_string(t.steps()));
+  if (t.cosine) {
+    set("schedule.kind=cosine");
+    set("schedule.warmup_steps=" + std::to_string(t.steps() / 20));
+  } else {
+    set("schedule.kind=constant");
+    set("schedule.warmup_steps=0");
+  }
+  const bool gpt = t.family == "gpt";
+  if (gpt) {
+    for (const std::string kv : {"data.dataset=text", "model.kind=gpt", "model.preset=tiny"}) set(kv);
+    set("data.path=" + text_path);
+    set("data.context=" + std::to_string(t.context));
+    set("model.block_size=" + std::to_string(t.context));
+    set("model.n_layer=" + std::to_string(t.widths.at(0)));
+    set("model.n_embd=" + std::to_string(t.widths.at(1)));
+    set("model.n_head=" + std::to_string(t.widths.at(2)));
+  } else {
+    set("data.dataset=fashion-mnist");
+    set("data.fashion_mnist_dir=" + fashion_mnist_dir);
+    set("model.kind=mlp");  // the session's data; the model is replaced below
+  }
+  cli::Session s = cli::build_session(c, true);
+  std::shared_ptr<ImageClassifier> net;
+  std::unique_ptr<Objective> objective;
+  std::unique_ptr<Optimizer> optimizer;
+  if (!gpt) {
+    if (t.family == "mlp") {
+      MLPConfig m;
+      m.hidden = t.widths;
+      net = std::make_shared<MLP>(m);
+    } else {
+      ConvNetConfig m;
+      m.channels1 = t.widths.at(0);
+      m.channels2 = t.widths.at(1);
+      net = std::make_shared<ConvNet>(m);
+    }
+    objective = make_image_classifier_objective(net);
+    AdamWOptions o;
+    o.lr = t.lr;
+    o.beta2 = t.beta2;
+    o.weight_decay = t.weight_decay;
+    optimizer = make_adamw(net->parameters(), o);
+  }
+  Objective& obj = gpt ? *s.objective : *objective;
+  Optimizer& opt = gpt ? *s.optimizer : *optimizer;
+  TrainerOptions options = cli::trainer_options(c);
+  options.checkpoint.dir.clear();
+  Trainer trainer(obj, opt, *s.data, options);
+  const NamedShapes shapes = named_shapes(obj.module());
+  const NowcastSpec spec = gpt ? nowcast_spec_gpt2(shapes, t.widths.at(2)) : nowcast_spec_feedforward(shapes);
+  TrajectoryRecorder recorder(spec, max_scalars, static_cast<uint64_t>(t.seed));
+  const std::vector<at::Tensor> params = opt.parameters();
+  while (trainer.step() < t.steps()) {
+    trainer.train_step();
+    if (trainer.step() % t.interval == 0) recorder.record(params);
+  }
+  return recorder.take(t.describe(), t.interval);
+}
+
+}  // namespace ht::meta

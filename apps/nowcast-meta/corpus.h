@@ -1,0 +1,49 @@
+// The trajectory corpus of nowcast-meta: training runs of this project (MLPs and CNNs on
+// Fashion-MNIST, byte-level GPTs on Debian's license texts) unlike the benchmark tasks, recorded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hybrid/hybrid/nowcast_meta.h"
+
+namespace ht::meta {
+
+struct CorpusTask {
+  std::string family;            // "mlp", "cnn", "gpt"
+  std::vector<int64_t> widths;   // mlp: hidden widths; cnn: channels1, channels2; gpt: layers, width, heads
+  int64_t batch = 128;
+  int64_t context = 64;          // gpt only
+  double lr = 1e-3;
+  double beta2 = 0.999;
+  double weight_decay = 0.0;
+  bool cosine = false;           // warmup (5 % of the run) + cosine, else constant
+  int64_t seed = 1;
+  int64_t interval = 100;        // steps between recorded states
+  int64_t states = 60;           // recorded states (after interval, 2 x interval, ... steps)
+  std::string describe() const;  // one line: family, shape, lr, schedule, seed, interval
+  int64_t steps() const { return interval * states; }
+};
+
+struct CorpusScale {
+  int64_t runs = 48;          // cycles mlp, cnn, gpt
+  int64_t states = 60;        // per run
+  int64_t max_scalars = 1024; // recorded scalars per tensor
+  double interval_scale = 1.0;  // multiplies each family's intervals (quick presets: < 1)
+  uint64_t seed = 2024;
+};
+
+// The runs of a corpus: shapes, rates, schedules and seeds drawn (seeded) from lists that leave
+// out the benchmark tasks (784-512-256-10, the 16/32 CNN, FM-16, the 4 x 128 GPT, KJV).
+std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale);
+
+// Writes /usr/share/common-licenses/* (Debian base-files) concatenated into `path` (the GPTs' text).
+void write_license_text(const std::string& path);
+
+// Trains one task at the current thread count and records it. text_path: write_license_text's file.
+Trajectory record_task(const CorpusTask& task, int64_t max_scalars, const std::string& fashion_mnist_dir,
+                       const std::string& text_path);
+
+}  // namespace ht::meta

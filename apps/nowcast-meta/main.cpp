@@ -1,0 +1,212 @@
+// nowcast-meta: builds a trajectory corpus from this project's own runs and meta-trains a WNN+-shaped
+// nowcaster on it (`build`, one command), or scores it on the unseen benchmark tasks (`eval`).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "corpus.h"
+#include "evaluate.h"
+#include "hybrid/core/runtime.h"
+#include "hybrid/hybrid/nowcast_meta.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+struct BuildArgs {
+  bool quick = false;
+  ht::meta::CorpusScale scale;
+  ht::MetaTrainOptions train;
+  int64_t holdout_every = 8;  // every n-th run is held out of training and scored
+  std::string out = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn.safetensors";
+  std::string corpus_out, corpus_in;
+  std::string work_dir = "runs/nowcast-meta";
+  std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+};
+
+int build(BuildArgs a, const std::string& command_line) {
+  if (a.quick) {  // seconds: the test suite's preset
+    a.scale.runs = 3;
+    a.scale.states = 12;
+    a.scale.max_scalars = 256;
+    a.scale.interval_scale = 0.1;
+    a.train.steps = 40;
+    a.train.windows = 16;
+    a.train.scalars = 32;
+    a.holdout_every = 0;
+  }
+  std::filesystem::create_directories(a.work_dir);
+  const auto t_all = Clock::now();
+  std::vector<ht::Trajectory> corpus;
+  double corpus_s = 0.0;
+  if (!a.corpus_in.empty()) {
+    corpus = ht::load_trajectories(a.corpus_in);
+    std::printf("corpus: %zu trajectories read from %s\n", corpus.size(), a.corpus_in.c_str());
+  } else {
+    const std::string text = a.work_dir + "/common-licenses.txt";
+    ht::meta::write_license_text(text);
+    const auto tasks = ht::meta::corpus_tasks(a.scale);
+    const auto t0 = Clock::now();
+    for (size_t r = 0; r < tasks.size(); ++r) {
+      const auto tr = Clock::now();
+      corpus.push_back(ht::meta::record_task(tasks[r], a.scale.max_scalars, a.fashion_mnist_dir, text));
+      std::printf("run %zu/%zu (%.1f s): %s\n", r + 1, tasks.size(), seconds_since(tr), tasks[r].describe().c_str());
+      std::fflush(stdout);
+    }
+    corpus_s = seconds_since(t0);
+    std::printf("corpus: %zu runs recorded in %.1f s\n", corpus.size(), corpus_s);
+    if (!a.corpus_out.empty()) ht::save_trajectories(a.corpus_out, corpus);
+  }
+  std::vector<ht::Trajectory> train, held;
+  for (size_t r = 0; r < corpus.size(); ++r)
+    (a.holdout_every > 0 && static_cast<int64_t>(r % a.holdout_every) == a.holdout_every - 1 ? held : train)
+        .push_back(corpus[r]);
+  const auto t1 = Clock::now();
+  const int64_t every = std::max<int64_t>(1, a.train.steps / 20);
+  const auto result = ht::meta_train_wnn_plus(train, a.train, [&](int64_t step, double loss, double lr) {
+    if (step % every == 0 || step == 1)
+      std::printf("meta step %ld/%ld: L1 %.4f (lr %.2e, %.1f s)\n", static_cast<long>(step),
+                  static_cast<long>(a.train.steps), loss, lr, seconds_since(t1));
+    std::fflush(stdout);
+  });
+  const double train_s = seconds_since(t1);
+  const int64_t n = static_cast<int64_t>(result.losses.size()), w = std::max<int64_t>(1, n / 10);
+  double first = 0, last = 0;
+  for (int64_t i = 0; i < w; ++i) first += result.losses[i] / w, last += result.losses[n - 1 - i] / w;
+  std::printf("meta-training: %ld steps in %.1f s; L1 first tenth %.4f, last tenth %.4f\n", static_cast<long>(n),
+              train_s, first, last);
+  std::string held_text = "none";
+  if (!held.empty()) {
+    const double trained = ht::meta_eval_loss(result.weights, held, a.train, 50, 7);
+    auto none = result.weights;  // a zero output layer (the untrained start) predicts "no jump"
+    none["edge_mlp.fc.6.weight"] = torch::zeros_like(none["edge_mlp.fc.6.weight"]);
+    none["edge_mlp.fc.6.bias"] = torch::zeros_like(none["edge_mlp.fc.6.bias"]);
+    const double baseline = ht::meta_eval_loss(none, held, a.train, 50, 7);
+    held_text = fmt::format("{} held-out runs: L1 {:.4f} (no jump {:.4f})", held.size(), trained, baseline);
+    std::printf("%s\n", held_text.c_str());
+  }
+  std::filesystem::create_directories(std::filesystem::path(a.out).parent_path());
+  ht::save_wnn_plus(a.out, result.weights,
+                    {{"model_args", fmt::format("{{\"gnn\": false, \"hid\": {}, \"seq_len\": {}, \"ctx\": 5}}",
+                                                a.train.hidden, a.train.horizons)},
+                     {"trained_by", command_line},
+                     {"corpus", fmt::format("{} runs ({} trained on), {} states each", corpus.size(), train.size(),
+                                            a.scale.states)},
+                     {"held_out", held_text}});
+  // The file must load as the nowcast mode loads it, and predict finite weights.
+  auto check = ht::load_wnn_plus(a.out, ht::nowcast_spec_feedforward({{"fc.weight", {4, 3}}, {"fc.bias", {4}}}));
+  std::vector<std::vector<at::Tensor>> states(2);
+  for (int t = 0; t < ht::kNowcastContext; ++t) {
+    states[0].push_back(torch::randn({4, 3}) + 0.1 * t);
+    states[1].push_back(torch::randn({4}) - 0.1 * t);
+  }
+  for (const auto& p : check->predict(states, check->max_horizon()))
+    if (!torch::isfinite(p).all().item<bool>()) throw std::runtime_error(a.out + " predicts non-finite weights");
+  std::printf("wrote %s (loads through load_wnn_plus, %ld horizons); corpus %.1f s, meta-training %.1f s, total %.1f s\n",
+              a.out.c_str(), static_cast<long>(check->max_horizon()), corpus_s, train_s, seconds_since(t_all));
+  return 0;
+}
+
+struct EvalArgs {
+  std::string own = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn.safetensors";
+  std::string wnn = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
+  std::string tasks = "fm16,gpt-tiny-kjv";
+  int64_t fm16_interval = 200, fm16_states = 45, gpt_interval = 40, gpt_states = 45;
+  std::string log;
+  std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+};
+
+int eval(const EvalArgs& a, int threads) {
+  std::string out = fmt::format("cpu: {}, threads {}\nown: {}\nreleased WNN+: {}\n", cpu_model(), threads, a.own, a.wnn);
+  std::printf("%s", out.c_str());
+  for (std::string rest = a.tasks + ","; rest.find(',') != std::string::npos;) {
+    const std::string name = rest.substr(0, rest.find(','));
+    rest = rest.substr(rest.find(',') + 1);
+    if (name.empty()) continue;
+    ht::meta::EvalTask task;
+    task.name = name;
+    task.interval = name == "fm16" ? a.fm16_interval : a.gpt_interval;
+    task.states = name == "fm16" ? a.fm16_states : a.gpt_states;
+    const auto t0 = Clock::now();
+    const auto rows = ht::meta::evaluate_task(task, a.own, a.wnn, a.fashion_mnist_dir, [](const std::string& line) {
+      std::printf("  %s\n", line.c_str());
+      std::fflush(stdout);
+    });
+    std::string table = fmt::format(
+        "\n{}: AdamW constant, a state every {} steps (period {}), {} states, {:.0f} s\n"
+        "normalised MSE to the real future weights (mean over tensors) and validation loss at the weights\n"
+        "| step | k | nMSE no jump | nMSE WNN+ | nMSE own | loss now | loss WNN+ | loss own | loss real future |\n"
+        "|---|---|---|---|---|---|---|---|---|\n",
+        name, task.interval, 5 * task.interval, task.states, seconds_since(t0));
+    for (const auto& r : rows)
+      table += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4f} | {:.4f} | {:.4f} | {:.4f} |\n", r.step, r.k,
+                           r.nmse_none, r.nmse_wnn, r.nmse_own, r.loss_now, r.loss_wnn, r.loss_own, r.loss_true);
+    std::printf("%s", table.c_str());
+    out += table;
+  }
+  if (!a.log.empty()) std::ofstream(a.log) << out;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string command_line = "nowcast-meta";
+  for (int i = 1; i < argc; ++i) command_line += std::string(" ") + argv[i];
+  CLI::App app{"Meta-trains a WNN+-shaped nowcaster on this project's own training runs (issue 21, item 2c)"};
+  app.require_subcommand(1);
+  int threads = 1;
+  app.add_option("--threads", threads, "intra-op threads (default 1)");
+  BuildArgs b;
+  auto* build_cmd = app.add_subcommand("build", "record the corpus and meta-train, writing safetensors");
+  build_cmd->add_flag("--quick", b.quick, "a few-second preset (3 short runs, 40 meta steps) for tests");
+  build_cmd->add_option("--runs", b.scale.runs, "corpus runs (mlp, cnn, gpt in turn)");
+  build_cmd->add_option("--states", b.scale.states, "recorded states per run");
+  build_cmd->add_option("--max-scalars", b.scale.max_scalars, "recorded scalars per tensor");
+  build_cmd->add_option("--interval-scale", b.scale.interval_scale, "multiplies the recording intervals");
+  build_cmd->add_option("--corpus-seed", b.scale.seed, "seed of the drawn runs");
+  build_cmd->add_option("--steps", b.train.steps, "meta-training steps");
+  build_cmd->add_option("--windows", b.train.windows, "windows per meta batch");
+  build_cmd->add_option("--scalars", b.train.scalars, "scalars per window");
+  build_cmd->add_option("--hidden", b.train.hidden, "WNN+ width (the released model: 128)");
+  build_cmd->add_option("--lr", b.train.lr, "AdamW rate (cosine to 1e-6)");
+  build_cmd->add_option("--holdout-every", b.holdout_every, "hold every n-th run out of training (0: none)");
+  build_cmd->add_option("--out", b.out, "the weights file");
+  build_cmd->add_option("--corpus-out", b.corpus_out, "also write the corpus here (safetensors)");
+  build_cmd->add_option("--corpus-in", b.corpus_in, "train on this corpus instead of recording one");
+  build_cmd->add_option("--work-dir", b.work_dir, "scratch folder (the license text)");
+  build_cmd->add_option("--fashion-mnist-dir", b.fashion_mnist_dir);
+  EvalArgs e;
+  auto* eval_cmd = app.add_subcommand("eval", "score own vs released WNN+ vs no jump on FM-16 and the tiny GPT");
+  eval_cmd->add_option("--own", e.own);
+  eval_cmd->add_option("--wnn", e.wnn);
+  eval_cmd->add_option("--tasks", e.tasks, "comma list of fm16, gpt-tiny-kjv");
+  eval_cmd->add_option("--fm16-interval", e.fm16_interval);
+  eval_cmd->add_option("--fm16-states", e.fm16_states);
+  eval_cmd->add_option("--gpt-interval", e.gpt_interval);
+  eval_cmd->add_option("--gpt-states", e.gpt_states);
+  eval_cmd->add_option("--log", e.log, "also write the tables here");
+  eval_cmd->add_option("--fashion-mnist-dir", e.fashion_mnist_dir);
+  CLI11_PARSE(app, argc, argv);
+  ht::set_threads(threads);
+  try {
+    if (*build_cmd) return build(b, command_line);
+    return eval(e, threads);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "nowcast-meta: %s\n", ex.what());
+    return 1;
+  }
+}

@@ -1,0 +1,99 @@
+// Meta-training a WNN+-shaped nowcaster of our own (issue 21, item 2c): trajectories recorded from
+// training runs, and the WNN+ network trained on them with autograd, written as load_wnn_plus reads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "hybrid/hybrid/nowcast.h"
+
+namespace ht {
+
+// One parameter tensor's trajectory: a fixed random subset of its scalars at every recorded state,
+// and the sum and sum of squares of the whole tensor per state (so a window's mean / std are the
+// whole tensor's, as tensor_scale computes them for a jump).
+struct TrajectoryTensor {
+  std::string name;
+  int64_t numel = 0;
+  at::Tensor kinds;   // [M] int64: ParamKind (1-9) of each sampled scalar (q|k|v thirds: 7/8/9)
+  at::Tensor values;  // [T, M] float32: the sampled scalars at each of T states
+  std::vector<double> sum, sumsq;  // [T]: over all numel values of the tensor
+};
+
+struct Trajectory {
+  std::string task;  // e.g. "mlp 784-128-10 lr 0.002 cosine seed 3"
+  int64_t interval = 0;  // training steps between two recorded states
+  std::vector<TrajectoryTensor> tensors;
+  int64_t states() const { return tensors.empty() ? 0 : tensors.front().values.size(0); }
+};
+
+// Records the parameters of a model described by `spec` (kinds as the nowcasters see them),
+// keeping at most max_scalars scalars per tensor (a seeded random subset).
+class TrajectoryRecorder {
+ public:
+  TrajectoryRecorder(const NowcastSpec& spec, int64_t max_scalars, uint64_t seed);
+  // One state: float32 CPU tensors in spec order and shapes (copied, not kept).
+  void record(const std::vector<at::Tensor>& params);
+  int64_t states() const { return states_; }
+  Trajectory take(const std::string& task, int64_t interval);  // the recording; the recorder empties
+
+ private:
+  NowcastSpec spec_;
+  std::vector<int64_t> numel_;
+  std::vector<at::Tensor> index_, kinds_;
+  std::vector<std::vector<at::Tensor>> values_;
+  std::vector<std::vector<double>> sum_, sumsq_;
+  int64_t states_ = 0;
+};
+
+// A corpus file (safetensors: per trajectory and tensor its values, kinds and sums; the task
+// names and intervals in the metadata). Throws NowcastError on a file that is not one.
+void save_trajectories(const std::string& path, const std::vector<Trajectory>& corpus);
+std::vector<Trajectory> load_trajectories(const std::string& path);
+
+struct MetaTrainOptions {
+  int64_t hidden = 128;     // the released WNN+ width
+  int64_t horizons = 40;    // output rows: k = 1..horizons recording intervals ahead
+  int64_t steps = 6000;
+  int64_t windows = 128;    // per batch: (trajectory, tensor, time) windows, each tensor equally likely
+  int64_t scalars = 32;     // scalars per window (so large tensors do not dominate)
+  double lr = 3e-3;         // AdamW, cosine to min_lr (NiNo's train_nino.py settings)
+  double min_lr = 1e-6;
+  double weight_decay = 1e-2;
+  double grad_clip = 5.0;
+  double target_clip = 100.0;  // |normalised target - last normalised state| is clipped here
+  uint64_t seed = 0;
+};
+
+// Progress per step: step (1-based), the batch's mean L1 loss, the learning rate.
+using MetaProgress = std::function<void(int64_t step, double loss, double lr)>;
+
+struct MetaTrainResult {
+  std::vector<double> losses;  // per step, the batch's masked mean L1 loss (normalised units)
+  // The trained weights under load_wnn_plus's names (layer_embed.weight, edge_proj.fc.0.*,
+  // edge_mlp.fc.{0,2,4,6}.*), float32.
+  std::map<std::string, at::Tensor> weights;
+};
+
+// The samples: 5 consecutive states t-4..t of a tensor's scalars, normalised by the tensor's mean
+// and std over those 5 states (tensor_scale's), and the normalised states t+1..t+horizons
+// (masked past the recording). The model is exactly WNN+'s: prediction for k = last normalised
+// state + out[k]. Loss: L1 over every valid horizon (NiNo's). Needs trajectories of >= 6 states.
+MetaTrainResult meta_train_wnn_plus(const std::vector<Trajectory>& corpus, const MetaTrainOptions& options,
+                                    const MetaProgress& progress = nullptr);
+
+// The mean L1 loss of given weights on `batches` batches drawn as training draws them (seeded):
+// for held-out trajectories.
+double meta_eval_loss(const std::map<std::string, at::Tensor>& weights, const std::vector<Trajectory>& corpus,
+                      const MetaTrainOptions& options, int64_t batches, uint64_t seed);
+
+// Writes the weights as safetensors (with `metadata`) for load_wnn_plus.
+void save_wnn_plus(const std::string& path, const std::map<std::string, at::Tensor>& weights,
+                   const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace ht
