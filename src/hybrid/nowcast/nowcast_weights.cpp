@@ -27,8 +27,8 @@ WeightFile::WeightFile(const std::string& path, const std::string& what,
     : path_(path), what_(what), expected_file_(expected_file) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    throw NowcastError(what + " weights: no file '" + path + "'; the released model is " +
-                       expected_file + " in this repository (models/nino/README.md)");
+    throw NowcastError(what + " weights: no file '" + path + "'; use " + expected_file +
+                       " in this repository (models/nino/README.md, models/own/README.md)");
   }
   try {
     tensors_ = load_safetensors(path);

@@ -38,7 +38,8 @@ class WnnPlus final : public NowcastModel {
                            "; WNN+ takes parameter kinds 1-9 or kAttnQKV");
       }
     }
-    const nowcast::WeightFile f(path, "WNN+", "models/nino/nino_mlp.safetensors");
+    const nowcast::WeightFile f(path, "WNN+",
+                                "models/nino/nino_mlp.safetensors (released) or models/own/own_wnn.safetensors (ours)");
     if (f.has("gnn.convs.0.lin.weight")) {
       throw NowcastError("WNN+ weights '" + path +
                          "' hold the NiNo GNN; load them with "
