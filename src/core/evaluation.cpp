@@ -2,9 +2,9 @@
 // score - the weight average when there is one - without touching what training does next.
 #include <chrono>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "core/cpu_random_state.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/core/weight_average.h"
 
@@ -25,16 +25,8 @@ EvalRecord Trainer::evaluate() {
   // while it scores (noise, sampling) would otherwise shift every later draw, and a run that
   // evaluated at step N would differ from one resumed there.
   struct KeepRng {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    at::Tensor state;
-    KeepRng() {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state = gen.get_state();
-    }
-    ~KeepRng() {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state);
-    }
+    at::Tensor state = cpu_random_state();
+    ~KeepRng() { set_cpu_random_state(state); }
   } keep_rng;
   EvalRecord r;
   with_evaluated_weights([&] { r = evaluate_weights(); });

@@ -5,16 +5,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 #include "archive_io.h"
+#include "core/cpu_random_state.h"
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/errors.h"
 #include "hybrid/core/memory_monitor.h"
@@ -70,18 +68,6 @@ void restore_optimizer(Optimizer& optimizer, const at::Tensor& snapshot) {
   optimizer.load(archive);
 }
 
-// The CPU generator's state (dropout masks, shuffles): an undone window must not shift them.
-at::Tensor cpu_random_state() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_cpu_random_state(const at::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 }  // namespace
 

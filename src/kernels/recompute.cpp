@@ -2,36 +2,24 @@
 // as PyTorch's reentrant torch.utils.checkpoint does; plus the recompute level and policy.
 #include "hybrid/kernels/recompute.h"
 
-#include <mutex>
 #include <stdexcept>
 #include <utility>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
+
+#include "core/cpu_random_state.h"
 
 namespace ht {
 namespace {
-
-at::Tensor cpu_rng_state() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_cpu_rng_state(const at::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 // Puts the CPU generator back to `replay` for the life of the guard, then restores whatever state
 // it had before, so the re-run neither sees different random numbers nor consumes any.
 class RngReplay {
  public:
-  explicit RngReplay(const at::Tensor& replay) : saved_(cpu_rng_state()) {
-    set_cpu_rng_state(replay);
+  explicit RngReplay(const at::Tensor& replay) : saved_(cpu_random_state()) {
+    set_cpu_random_state(replay);
   }
-  ~RngReplay() { set_cpu_rng_state(saved_); }
+  ~RngReplay() { set_cpu_random_state(saved_); }
   RngReplay(const RngReplay&) = delete;
   RngReplay& operator=(const RngReplay&) = delete;
 
@@ -51,7 +39,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // accumulated by the inner backward, not returned.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
                             at::TensorList params, c10::intrusive_ptr<RecomputeState> state) {
-    state->rng_state = cpu_rng_state();
+    state->rng_state = cpu_random_state();
     state->num_params = static_cast<int64_t>(params.size());
     ctx->save_for_backward({input});
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
