@@ -86,7 +86,7 @@ print(f"GPT-2 small {sys.argv[2]} B 4 T {sys.argv[3]} attention {sys.argv[4]}: m
       f"peak {peak:.1f} MiB (CUDA allocator)")
 PY
       $bin plan configs/gpt2-kjv.toml model.preset=gpt2 data.batch_size=4 data.context=$T train.precision=$precision \
-        model.attention=$attention | grep -E "^  peak" | sed "s/^/  planner: /" || true
+        model.attention=$attention run.device=cuda | grep -E "^  peak" | sed "s/^/  planner: /" || true
   done
 
   [ "$with_tests" = 1 ] || return 0

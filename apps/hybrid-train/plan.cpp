@@ -111,6 +111,7 @@ PlanInputs plan_inputs(const Config& c) {
   in.shape.grad_accum = c.get_int("optim.grad_accum");
   const int64_t threads = c.get_int("run.threads");
   in.shape.threads = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  in.shape.cuda = c.get_string("run.device").rfind("cuda", 0) == 0;
   in.levers.optimizer = optimizer_kind(c);
   // The phase with the least recompute sets the peak.
   const std::vector<std::string> phases =

@@ -213,7 +213,8 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
     b.tok4 = blk(n * 4 * C * kAct);
     b.res = blk(n * C * kF32);
     b.stat = blk(n * kF32);
-    b.probs = blk(rows * nh * T * T * kAct);
+    b.probs = bf16 && shape.cuda ? blk(rows * nh * T * T * kF32) + blk(rows * nh * T * T * kBF16)
+                                 : blk(rows * nh * T * T * kAct);
     b.lse = blk(rows * nh * T * kF32);
     b.tile = blk(T * T * kF32);
     b.dw_max = blk(4 * C * C * kF32);

@@ -303,6 +303,32 @@ TEST(MemoryPlan, RecommendationConsidersBf16) {
   EXPECT_EQ(slow.levers.optimizer, OptimizerKind::AdamW8bit);
 }
 
+// On CUDA, bf16 is autocast: naive attention keeps fp32 probabilities and their bf16 copy, so
+// bf16 needs *more* than fp32 there (the H100 check, BENCHMARKS.md section 6: GPT-2 small B 4
+// T 1024 peaked at 6727 MiB in bf16 against 6465 MiB in fp32 from CUDA's allocator, where the
+// CPU model of bf16 said 4145 MiB). Flash attention keeps no T x T, so bf16 still saves there.
+TEST(MemoryPlan, CudaAutocastNaiveAttentionKeepsFp32Probabilities) {
+  const GPTConfig g = gpt_preset("gpt2");
+  TrainShape s;
+  s.batch = 4;
+  s.context = 1024;
+  s.threads = 4;
+  s.cuda = true;
+  MemoryLevers fp32, bf16;
+  bf16.precision = Precision::BF16;
+  const double mib = 1 << 20;
+  const double naive32 = estimate_gpt_memory(g, s, fp32).peak / mib;
+  const double naive16 = estimate_gpt_memory(g, s, bf16).peak / mib;
+  EXPECT_GT(naive16, naive32);
+  EXPECT_NEAR(naive16, 6727.0, 0.10 * 6727.0);
+  EXPECT_NEAR(naive32, 6465.0, 0.10 * 6465.0);
+  fp32.attention = bf16.attention = AttentionKind::Flash;
+  EXPECT_LT(estimate_gpt_memory(g, s, bf16).peak, estimate_gpt_memory(g, s, fp32).peak);
+  s.cuda = false;  // our CPU kernels keep one bf16 copy
+  bf16.attention = AttentionKind::Naive;
+  EXPECT_LT(estimate_gpt_memory(g, s, bf16).peak / mib, 0.8 * naive32);
+}
+
 struct CliResult {
   int code = -1;
   std::string output;

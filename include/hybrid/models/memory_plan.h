@@ -58,6 +58,10 @@ struct TrainShape {
   int64_t micro_splits = 1; // trainer micro-batches per batch (its out-of-memory ladder)
   int64_t grad_accum = 1;   // batches per optimizer step: no effect on memory
   int64_t threads = 1;      // intra-op threads: each keeps its own attention scratch tiles
+  // The step runs on CUDA, where bf16 is LibTorch's autocast: its softmax in naive attention
+  // writes fp32 probabilities (kept by softmax's backward) and casts them to bf16 for the matmul
+  // with v (kept by the matmul's), so each block keeps both instead of one bf16 copy.
+  bool cuda = false;
 };
 
 // Bytes as the tracking allocator counts them (each tensor rounded to its size class).
