@@ -5,6 +5,7 @@
 #   bash scripts/gpu-check.sh prepare   # here (Debian, with the packages): fills build-gpu-deps/
 #   bash scripts/gpu-check.sh run       # there: build, GPU runs, tests; log in $OUT (or build-gpu/)
 #   bash scripts/gpu-check.sh quick     # there: build the CLI only, GPU runs, no test suite
+#   bash scripts/gpu-check.sh one test_kernels 'Shapes/FlashVsNaive.*'   # there: one test binary
 #
 # The GPU machine has no package registry, so `prepare` copies what the build needs from this
 # machine's Debian packages into build-gpu-deps/ (header-only fmt, toml++, CLI11, nlohmann-json,
@@ -97,9 +98,25 @@ PY
   echo "tests took $((SECONDS - t0)) s"
 }
 
+# One test binary with a gtest filter, its whole output: to look again at a failure of `run`.
+one() {
+  local target=$1 filter=$2 out=${OUT:-build-gpu}
+  mkdir -p "$out"
+  local prefix abi
+  prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  grep -m1 "model name" /proc/cpuinfo; grep -o -m1 -E "amx_bf16|avx512_bf16" /proc/cpuinfo | sort -u | xargs
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=OFF -DHT_BUILD_TESTS=ON \
+    -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
+    > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+  cmake --build build-gpu -j "$(nproc)" --target "$target" > "$out/build.log" 2>&1 || { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
+  "build-gpu/tests/$target" --gtest_filter="$filter" 2>&1 | tee "$out/one.log" | grep -v -E "^\[ +(RUN|OK) +\]" | head -80
+}
+
 case "${1:-run}" in
   prepare) prepare ;;
   run) run 1 ;;
   quick) run 0 ;;
-  *) echo "usage: gpu-check.sh prepare|run|quick"; exit 2 ;;
+  one) one "$2" "$3" ;;
+  *) echo "usage: gpu-check.sh prepare|run|quick|one TEST_BINARY GTEST_FILTER"; exit 2 ;;
 esac
