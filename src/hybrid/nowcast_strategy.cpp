@@ -86,9 +86,12 @@ void NowcastStrategyOptions::validate() const {
   if (horizon_search < 1 || horizon_search > 16)
     fail("horizon_search", "= " + std::to_string(horizon_search) + ": must be in [1, 16] (1 = the schedule's k only)");
   if (horizon_search > 1 && !verify) fail("horizon_search", "needs verify: the probe chooses among the horizons");
-  if (verify_after < 0 || verify_after >= period / kNowcastContext)
-    fail("verify_after", cat("= ", verify_after, ": must be in [0, period / 5 = ", period / kNowcastContext,
-                             ") (0: judge a jump right away; no state is recorded inside the window)"));
+  // The verdict needs the two states before the jump (slots 3 and 4), which the window's own
+  // recordings (slots 0, 1, 2) must not reach: it ends before the 4th recording after the jump.
+  if (verify_after < 0 || verify_after >= (kNowcastContext - 1) * (period / kNowcastContext))
+    fail("verify_after", cat("= ", verify_after, ": must be in [0, 4 x period / 5 = ",
+                             (kNowcastContext - 1) * (period / kNowcastContext),
+                             ") (0: judge a jump right away; the window must end before the 4th state recorded after it)"));
   if (verify_after > 0 && !verify) fail("verify_after", "needs verify (it delays the verification)");
   if (!(redo_budget >= 0.0 && redo_budget <= 1.0))
     fail("redo_budget", cat("= ", redo_budget, ": must be in [0, 1] (a share of the run's steps)"));
@@ -566,8 +569,10 @@ class NowcastEngine final : public NowcastStrategy {
   }
 
   // The verdict on a delayed jump, at the step after its window (see verify_after). True: kept.
-  // False: weights, optimizer state, data cursor, random state and step count are as before the
-  // jump (the recorded states never changed: the window is shorter than a recording interval).
+  // False: weights, optimizer state, data cursor, random state, step count and the recording
+  // position are as before the jump. States the window recorded (slots 0-2, from the jumped
+  // trajectory) are recorded again, at the same steps, by the redone ones; slots 3 and 4, the
+  // states before the jump, are out of the window's reach (verify_after < 4 intervals).
   bool judge(Trainer& trainer, StepRecord& rec) {
     const auto scope = trainer.memory().phase(MemoryPhase::Predict);
     pending_ = false;
@@ -600,6 +605,7 @@ class NowcastEngine final : public NowcastStrategy {
       trainer.data().restore(cursor_);
       set_cpu_random_state(random_state_);
       trainer.rewind_steps(window);
+      recorded_ = 0;  // where the jump left it: its step was the 5th recording
       summary_.steps_redone += opt_.verify_after;
       count_failure(pending_k_);
     }

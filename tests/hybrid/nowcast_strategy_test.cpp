@@ -382,6 +382,82 @@ TEST(NowcastStrategy, ResumeInsideADelayedVerificationWindowIsBitExact) {
   EXPECT_GE(a->summary().undone, 1);
 }
 
+// A window longer than a recording interval: states of the jumped trajectory are recorded inside
+// it. Undone, they are recorded again by the redone steps, so every later jump sees plain's
+// states at plain's steps - the same as with a window inside one interval.
+TEST(NowcastStrategy, AWindowSpanningRecordingsIsUndoneBitForBitWithTheRecordingsRedone) {
+  auto run_with = [](int64_t verify_after, std::vector<int64_t>* horizons, std::vector<std::vector<at::Tensor>>* seen) {
+    auto run = std::make_unique<toy::MlpRun>(200);
+    ht::NowcastStrategyOptions o = options(20, 8);  // a state every 4 steps
+    o.horizon_min = 8;
+    o.verify_after = verify_after;
+    o.redo_budget = 0;
+    run->trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away, horizons, seen)));
+    run->trainer->fit();
+    return run;
+  };
+  std::vector<int64_t> h_short, h_long;
+  std::vector<std::vector<at::Tensor>> seen_short, seen_long;
+  auto inside = run_with(3, &h_short, &seen_short);
+  auto spanning = run_with(15, &h_long, &seen_long);  // 3 recordings inside each window
+  toy::MlpRun plain(200);
+  plain.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(*spanning), params_of(plain)));
+  EXPECT_EQ(h_long, h_short);
+  ASSERT_EQ(seen_long.size(), seen_short.size());
+  ASSERT_GE(seen_long.size(), 2u);  // a jump after an undone spanning window
+  for (size_t j = 0; j < seen_long.size(); ++j) EXPECT_TRUE(toy::all_equal(seen_long[j], seen_short[j])) << "jump " << j;
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(spanning->trainer->strategy());
+  EXPECT_EQ(s->summary().steps_redone, 15 * s->summary().undone);
+}
+
+TEST(NowcastStrategy, AKeptSpanningWindowKeepsItsRecordingsAndTheNextJumpComesOnTime) {
+  // Jump at 20, judged at 35 (recordings at 24, 28, 32 inside), kept; the next jump is at 40.
+  std::vector<int64_t> horizons;
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify_after = 15;
+  o.redo_budget = 0;
+  toy::BowlRun run(60);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one, &horizons)));
+  for (int i = 0; i < 35; ++i) run.trainer->train_step();
+  EXPECT_FALSE(run.trainer->strategy()->at_verified_point());
+  EXPECT_EQ(run.trainer->train_step().extra.at("accepted"), 1.0);
+  const ht::StepRecord next = [&] {
+    ht::StepRecord r;
+    while (run.trainer->step() < 40) r = run.trainer->train_step();
+    return r;
+  }();
+  EXPECT_EQ(next.step, 40);
+  EXPECT_EQ(next.phase, ht::Phase::Predict);
+  EXPECT_EQ(horizons.size(), 2u);
+}
+
+TEST(NowcastStrategy, ResumeInsideASpanningWindowAfterItsRecordingsIsBitExact) {
+  // Checkpoint at step 30: the jump at 20 is pending and the window recorded at 24 and 28.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("spanning.ht");
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify_after = 15;
+  o.redo_budget = 0;
+  toy::MlpRun straight(80);
+  straight.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  straight.trainer->fit();
+  toy::MlpRun first(80);
+  first.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 30; ++i) first.trainer->train_step();
+  ASSERT_FALSE(first.trainer->strategy()->at_verified_point());
+  first.trainer->save_checkpoint(path);
+  toy::MlpRun second(80);
+  second.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  second.trainer->load_checkpoint(path);
+  second.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(second), params_of(straight)));
+  auto* a = dynamic_cast<ht::NowcastStrategy*>(straight.trainer->strategy());
+  auto* b = dynamic_cast<ht::NowcastStrategy*>(second.trainer->strategy());
+  EXPECT_EQ(b->summary().jump_log, a->summary().jump_log);
+  EXPECT_GE(a->summary().undone, 2);
+}
+
 TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   auto error_of = [](const std::function<void(ht::NowcastStrategyOptions&)>& change) {
     ht::NowcastStrategyOptions o = options(1000, 40);
@@ -404,7 +480,7 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.architecture = "gpt2"; }), "n_head = 0"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.weights = "/nonexistent/w.safetensors"; }), "cannot read the file"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.weights.clear(); }), "nino_mlp.safetensors"));
-  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 200; }), "verify_after = 200: must be in [0, period / 5 = 200)"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 800; }), "verify_after = 800: must be in [0, 4 x period / 5 = 800)"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.verify = false; }), "verify_after needs verify"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));

@@ -50,8 +50,10 @@ struct NowcastStrategyOptions {
   // carried on at their recent rate (the ratio between the last two recorded states' losses, per
   // step) over the window. Otherwise weights, optimizer state, data cursor, CPU random state and step count go
   // back to before the jump, bit-exactly, and the jump's step becomes a real one; the window's
-  // steps are lost time. Must be < period / 5 (no state is recorded inside the window). A jump
-  // with fewer steps than this left in the run is not made: it could not be judged.
+  // steps are lost time. Must be < 4 x period / 5: a window may span up to three recordings (of
+  // the jumped weights, recorded again after an undo), but not reach the two states before the
+  // jump that the verdict scores. A jump with fewer steps than this left in the run is not made:
+  // it could not be judged.
   int64_t verify_after = 0;
   // The share of the run's steps that undone windows may throw away: a delayed jump is made only
   // while steps_redone + verify_after fits in it, so a run whose jumps all fail stays within
