@@ -47,7 +47,8 @@ struct RunResult {
 };
 
 // Nowcast modes: "wnn" / "nino" / "own" (run.mode=nowcast with that nowcaster, NiNo's defaults), with a
-// suffix "-reset" / "-rescale" (the optimizer's state after a kept jump), "-noverify" or "-search"
+// suffix "-reset" / "-rescale" (the optimizer's state after a jump, unverified: compare with
+// "-noverify", which keeps it), "-noverify" or "-search"
 // (nowcast.horizon_search=5: each jump tries k, 2k, k/2, 4k, k/4 on the probe) or "-late"
 // (delayed verification: each jump judged period / 10 real steps after it) or "-long" (judged
 // period / 5 - 1 steps after it, on a 16-batch probe) or "-span" (period / 4, past the next
@@ -87,7 +88,12 @@ class Run {
       const std::string model = mode.substr(0, mode.find('-'));
       const std::string variant = mode.find('-') == std::string::npos ? "" : mode.substr(mode.find('-') + 1);
       c.set_override("nowcast.model=" + model);
-      if (variant == "reset" || variant == "rescale") c.set_override("nowcast.optimizer_state=" + variant);
+      // Unverified, as NiNo runs: verified right after the jump, every far jump is undone and the
+      // optimizer's state after a kept one would never be measured.
+      if (variant == "reset" || variant == "rescale") {
+        c.set_override("nowcast.optimizer_state=" + variant);
+        c.set_override("nowcast.verify=false");
+      }
       else if (variant == "noverify") c.set_override("nowcast.verify=false");
       else if (variant == "search") c.set_override("nowcast.horizon_search=5");
       else if (variant == "late" || variant == "long" || variant == "span") {}  // below, once nowcast.period is final
