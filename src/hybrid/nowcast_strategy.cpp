@@ -147,7 +147,7 @@ std::string NowcastSummary::to_string() const {
   if (steps_redone > 0 || too_late > 0 || optimizer_snapshot_bytes > 0)
     os << "  delayed verification: " << steps_redone << " steps redone after undone jumps, " << too_late
        << " jumps not made (too close to the end to judge), " << over_budget
-       << " not made (redo budget spent); optimizer snapshot "
+       << " not made (redo budget spent); " << redo_credit << " steps paid into the budget by kept jumps; optimizer snapshot "
        << mib_text(optimizer_snapshot_bytes) << "\n";
   os << "  time: setup " << fixed(setup_ms, 0) << " ms, predictions " << fixed(predict_ms, 0) << " ms, probes "
      << fixed(probe_ms, 0) << " ms, recording " << fixed(record_ms, 0) << " ms, real steps " << fixed(real_ms, 0)
@@ -253,6 +253,7 @@ class NowcastEngine final : public NowcastStrategy {
     archive_io::put(a, "steps_redone", summary_.steps_redone);
     archive_io::put(a, "too_late", summary_.too_late);
     archive_io::put(a, "over_budget", summary_.over_budget);
+    archive_io::put(a, "redo_credit", summary_.redo_credit);
     // A checkpoint inside a delayed-verification window keeps what judging and undoing need.
     archive_io::put(a, "pending", pending_);
     if (pending_) {
@@ -290,6 +291,7 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.steps_redone = archive_io::get_int(a, "steps_redone");
     summary_.too_late = archive_io::get_int(a, "too_late");
     summary_.over_budget = archive_io::get_int(a, "over_budget");
+    summary_.redo_credit = archive_io::get_int(a, "redo_credit");
     pending_ = archive_io::get_bool(a, "pending");
     if (pending_) {
       jump_step_ = archive_io::get_int(a, "jump_step");
@@ -533,8 +535,9 @@ class NowcastEngine final : public NowcastStrategy {
                                       " steps left to judge it in (verify_after ", opt_.verify_after, ")"));
       return false;
     }
-    // Another failure must fit in the redo budget (0 or 1: no limit).
-    const int64_t budget = static_cast<int64_t>(opt_.redo_budget * static_cast<double>(trainer.options().max_steps));
+    // Another failure must fit in the redo budget (0 or 1: no limit), with what kept jumps paid in.
+    const int64_t budget = static_cast<int64_t>(opt_.redo_budget * static_cast<double>(trainer.options().max_steps)) +
+                           summary_.redo_credit;
     if (opt_.redo_budget > 0.0 && opt_.redo_budget < 1.0 && summary_.steps_redone + opt_.verify_after > budget) {
       ++summary_.over_budget;
       summary_.jump_log.push_back(cat("step ", s + 1, ": not made, the redo budget (", budget, " steps) is spent"));
@@ -597,9 +600,14 @@ class NowcastEngine final : public NowcastStrategy {
     const double plain = before > 0.0 && earlier > before ? before * std::pow(before / earlier, share)
                                                           : before - std::max(0.0, earlier - before) * share;
     const bool keep = std::isfinite(now) && now <= plain + opt_.tolerance * std::abs(before);
+    int64_t lead = 0;
     if (keep) {
       load_params(current);
       count_success(pending_k_);
+      if (opt_.redo_credit) {
+        lead = std::min(steps_ahead_of_plain(before, plain, now, window), pending_k_ * interval_);
+        summary_.redo_credit += lead;
+      }
     } else {  // the weights are the pre-jump ones already
       restore_optimizer(trainer.optimizer(), optimizer_snapshot_);
       trainer.data().restore(cursor_);
@@ -614,7 +622,8 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", pending_k_ * interval_,
                                     " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
                                     fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", fixed(before, 5),
-                                    " before the jump): ", keep ? "kept" : "undone"));
+                                    " before the jump): ", keep ? "kept" : "undone",
+                                    lead > 0 ? cat(", ~", lead, " steps ahead of plain") : std::string()));
     trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
     rec.extra["judged"] = 1.0;
     rec.extra["accepted"] = keep ? 1.0 : 0.0;
@@ -622,6 +631,18 @@ class NowcastEngine final : public NowcastStrategy {
     rec.extra["probe_after"] = now;
     rec.extra["probe_plain"] = plain;
     return keep;
+  }
+
+  // Steps a kept jump is ahead of plain after its window: plain, carried on as the verdict
+  // extrapolates it (from before to plain over window steps, the same ratio or drop per step),
+  // would reach the jump's loss now after n steps; the lead is n - window. 0 where plain was not
+  // expected to improve or the jump is not below it.
+  static int64_t steps_ahead_of_plain(double before, double plain, double now, int64_t window) {
+    if (!(plain < before) || !(now < plain)) return 0;
+    const double n = before > 0.0 && plain > 0.0 && now > 0.0
+                         ? static_cast<double>(window) * std::log(now / before) / std::log(plain / before)
+                         : static_cast<double>(window) * (before - now) / (before - plain);
+    return std::isfinite(n) ? std::max<int64_t>(0, static_cast<int64_t>(n) - window) : 0;
   }
 
   void change_optimizer_state(Trainer& trainer) {

@@ -336,6 +336,61 @@ TEST(NowcastStrategy, DelayedVerificationStopsJumpingWhenTheRedoBudgetIsSpent) {
   EXPECT_EQ(s->summary().too_late, 1);     // the 10th, at the last step
 }
 
+TEST(NowcastStrategy, AKeptJumpPaysItsLeadIntoTheRedoBudget) {
+  // The bowl at a small rate: plain's loss falls ~1.6 % a step before the first jump (halfway to
+  // the minimum: a quarter of the loss), so that jump is worth ~90 of its steps. Every later jump
+  // is bad. 200 steps, 2 % = 4 steps may be redone: without the kept jump's lead one failed 3-step
+  // window spends the budget; with it, the back-off alone limits the failures (10 periods: kept,
+  // fail, fail, skip 1, fail, skip 3, fail, the 10th too late). A resume between the verdict and
+  // the next jump keeps the lead.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("credit.ht");
+  auto start = [](bool credit, std::shared_ptr<int> calls) {
+    auto first_good = [calls](const std::vector<at::Tensor>& s, int64_t k) {
+      return (*calls)++ == 0 ? halfway_to_one(s, k) : push_away(s, k);
+    };
+    ht::NowcastStrategyOptions o = options(20, 8);
+    o.horizon_min = 8;
+    o.verify_after = 3;
+    o.redo_budget = 0.02;
+    o.redo_credit = credit;
+    auto run = std::make_unique<toy::BowlRun>(200, 0.01);
+    run->trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(first_good)));
+    return run;
+  };
+  auto summary_of = [](toy::BowlRun& run) {
+    return dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
+  };
+  auto credited = start(true, std::make_shared<int>(0));
+  credited->trainer->fit();
+  const ht::NowcastSummary s = summary_of(*credited);
+  EXPECT_EQ(s.kept, 1);
+  EXPECT_EQ(s.undone, 4);
+  EXPECT_EQ(s.steps_redone, 12);
+  EXPECT_EQ(s.over_budget, 0);
+  EXPECT_EQ(s.redo_credit, 32);  // the jump's reach, k 8 x 4 steps, caps the ~90
+  EXPECT_NE(s.jump_log[0].find("~32 steps ahead of plain"), std::string::npos) << s.jump_log[0];
+
+  auto uncredited = start(false, std::make_shared<int>(0));
+  uncredited->trainer->fit();
+  EXPECT_EQ(summary_of(*uncredited).kept, 1);
+  EXPECT_EQ(summary_of(*uncredited).undone, 1);
+  EXPECT_EQ(summary_of(*uncredited).steps_redone, 3);
+  EXPECT_EQ(summary_of(*uncredited).redo_credit, 0);
+  EXPECT_EQ(summary_of(*uncredited).over_budget, 7);  // periods 3-9
+
+  auto calls = std::make_shared<int>(0);
+  auto first = start(true, calls);
+  for (int i = 0; i < 30; ++i) first->trainer->train_step();  // past the verdict at step 24
+  first->trainer->save_checkpoint(path);
+  auto resumed = start(true, calls);  // the nowcaster has been called once, as in the checkpoint
+  resumed->trainer->load_checkpoint(path);
+  resumed->trainer->fit();
+  EXPECT_EQ(summary_of(*resumed).redo_credit, 32);
+  EXPECT_EQ(summary_of(*resumed).steps_redone, 12);
+  EXPECT_TRUE(torch::equal(resumed->bowl->w, credited->bowl->w));
+}
+
 TEST(NowcastStrategy, DelayedVerificationMakesNoJumpItCouldNotJudge) {
   // Period 20 over 40 steps: the jump due at step 40 would have no steps left to judge it in.
   ht::NowcastStrategyOptions o = options(20, 4);

@@ -59,6 +59,12 @@ struct NowcastStrategyOptions {
   // while steps_redone + verify_after fits in it, so a run whose jumps all fail stays within
   // about this much of plain's time (1 / 0: no limit, as with immediate verification).
   double redo_budget = 0.03;
+  // A kept jump pays into the redo budget the steps it put the run ahead of plain: how many steps
+  // plain would need, at the rate the verdict extrapolates, to reach the loss the jump reached,
+  // less the window (at most k x period / 5). A run that has gained can then afford another
+  // window; a run whose jumps all fail earns nothing and stays within redo_budget. The rate is
+  // held constant, while a loss curve flattens, so the lead is an underestimate.
+  bool redo_credit = true;
   // > 1: also try k x 2, k / 2, k x 4, ... (up to this many horizons in all, within [1, the
   // cap]) on the same probe and keep the lowest loss. Each costs one more
   // prediction and probe forward; the weights are predicted again when the best was not the last.
@@ -90,6 +96,7 @@ struct NowcastSummary {
   int64_t steps_redone = 0;   // delayed verification: window steps thrown away by undone jumps
   int64_t too_late = 0;       // delayed verification: jumps not made, too close to the end
   int64_t over_budget = 0;    // delayed verification: jumps not made, redo_budget spent
+  int64_t redo_credit = 0;    // delayed verification: steps kept jumps paid into the redo budget
   int64_t skipped = 0;        // due while backing off after failures: not attempted
   int64_t recorded_states = 0;
   int64_t horizon_steps_kept = 0;  // sum over kept jumps of k x period / 5: steps jumped
