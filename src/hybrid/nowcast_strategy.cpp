@@ -622,7 +622,8 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", pending_k_ * interval_,
                                     " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
                                     fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", fixed(before, 5),
-                                    " before the jump): ", keep ? "kept" : "undone",
+                                    " before the jump, ", fixed(earlier, 5), " a recording earlier): ",
+                                    keep ? "kept" : "undone",
                                     lead > 0 ? cat(", ~", lead, " steps ahead of plain") : std::string()));
     trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
     rec.extra["judged"] = 1.0;
