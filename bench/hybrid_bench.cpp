@@ -82,11 +82,11 @@ class Run {
     // trajectory's drift and damps the noise around it; above 1 it diverged or missed the target.
     const bool snoo = mode == "snoo";
     const bool nowcast = is_nowcast_mode(mode);
+    const std::string variant = nowcast && mode.find('-') != std::string::npos ? mode.substr(mode.find('-') + 1) : "";
     c.set_override(std::string("run.mode=") +
                    (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : nowcast ? "nowcast" : mode));
     if (nowcast) {
       const std::string model = mode.substr(0, mode.find('-'));
-      const std::string variant = mode.find('-') == std::string::npos ? "" : mode.substr(mode.find('-') + 1);
       c.set_override("nowcast.model=" + model);
       // Unverified, as NiNo runs: verified right after the jump, every far jump is undone and the
       // optimizer's state after a kept one would never be measured.
@@ -109,18 +109,14 @@ class Run {
     // (unless --set nowcast.verify_after says otherwise).
     const bool window_set = std::any_of(extra.begin(), extra.end(),
                                         [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; });
-    if (nowcast && !window_set && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "-late") == 0)
-      c.set_override(fmt::format("nowcast.verify_after={}", c.get_int("nowcast.period") / 10));
-    // "<nowcaster>-long": the longest window (period / 5 - 1 steps) and a 16-batch probe.
-    if (nowcast && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "-long") == 0) {
-      c.set_override(fmt::format("nowcast.verify_after={}", c.get_int("nowcast.period") / 5 - 1));
-      c.set_override("nowcast.probe_batches=16");
-    }
-    // "<nowcaster>-span": a window of period / 4 steps, past the next recorded state (on FM-16
-    // unverified WNN+ runs are ahead of plain 250 steps after each jump, not after 100), and a
-    // 16-batch probe, whose noise is below the margins the verdict weighs.
-    if (nowcast && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "-span") == 0) {
-      c.set_override(fmt::format("nowcast.verify_after={}", c.get_int("nowcast.period") / 4));
+    // "<nowcaster>-long": the longest window inside a recording interval (period / 5 - 1 steps).
+    // "<nowcaster>-span": period / 4 steps, past the next recorded state (on FM-16 unverified WNN+
+    // runs are ahead of plain 250 steps after each jump, not after 100). Both on a 16-batch
+    // probe, whose noise is below the margins the verdict weighs.
+    const int64_t period = c.get_int("nowcast.period");
+    if (variant == "late" && !window_set) c.set_override(fmt::format("nowcast.verify_after={}", period / 10));
+    if (variant == "long" || variant == "span") {
+      c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
       c.set_override("nowcast.probe_batches=16");
     }
     session_ = ht::cli::build_session(c, true);
