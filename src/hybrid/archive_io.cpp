@@ -35,6 +35,10 @@ double get_double(torch::serialize::InputArchive& a, const std::string& key) {
 int64_t get_int(torch::serialize::InputArchive& a, const std::string& key) {
   return read_ivalue(a, key).toInt();
 }
+int64_t get_int_or(torch::serialize::InputArchive& a, const std::string& key, int64_t absent) {
+  c10::IValue v;
+  return a.try_read(key, v) ? v.toInt() : absent;
+}
 bool get_bool(torch::serialize::InputArchive& a, const std::string& key) {
   return read_ivalue(a, key).toBool();
 }

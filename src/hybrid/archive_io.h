@@ -18,6 +18,8 @@ void put(torch::serialize::OutputArchive& a, const std::string& key, const std::
 
 double get_double(torch::serialize::InputArchive& a, const std::string& key);
 int64_t get_int(torch::serialize::InputArchive& a, const std::string& key);
+// For a key a later version added: archives written before it read as `absent`.
+int64_t get_int_or(torch::serialize::InputArchive& a, const std::string& key, int64_t absent);
 bool get_bool(torch::serialize::InputArchive& a, const std::string& key);
 std::string get_string(torch::serialize::InputArchive& a, const std::string& key);
 std::vector<double> get_doubles(torch::serialize::InputArchive& a, const std::string& key);

@@ -291,7 +291,7 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.steps_redone = archive_io::get_int(a, "steps_redone");
     summary_.too_late = archive_io::get_int(a, "too_late");
     summary_.over_budget = archive_io::get_int(a, "over_budget");
-    summary_.redo_credit = archive_io::get_int(a, "redo_credit");
+    summary_.redo_credit = archive_io::get_int_or(a, "redo_credit", 0);  // none paid in before it existed
     pending_ = archive_io::get_bool(a, "pending");
     if (pending_) {
       jump_step_ = archive_io::get_int(a, "jump_step");

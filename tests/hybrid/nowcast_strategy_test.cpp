@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "hybrid/core/errors.h"
 #include "hybrid/hybrid/nowcast_strategy.h"
@@ -389,6 +390,50 @@ TEST(NowcastStrategy, AKeptJumpPaysItsLeadIntoTheRedoBudget) {
   EXPECT_EQ(summary_of(*resumed).redo_credit, 32);
   EXPECT_EQ(summary_of(*resumed).steps_redone, 12);
   EXPECT_TRUE(torch::equal(resumed->bowl->w, credited->bowl->w));
+}
+
+TEST(NowcastStrategy, StateSavedBeforeTheRedoCreditExistedStillLoads) {
+  // A checkpoint of an older version has no "redo_credit": it resumes with none paid in, not
+  // with an error that would strand the run.
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify_after = 3;
+  o.redo_budget = 0;  // a short run: no limit
+  toy::MlpRun run(60);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 30; ++i) run.trainer->train_step();
+  torch::serialize::OutputArchive full;
+  run.trainer->strategy()->save(full);
+  std::ostringstream bytes;
+  full.save_to(bytes);
+  torch::serialize::InputArchive saved;
+  std::istringstream in(bytes.str());
+  saved.load_from(in);
+  torch::serialize::OutputArchive older;  // the same scalars and tensors, less the new key
+  int64_t copied = 0;
+  for (const std::string& key : saved.keys()) {
+    if (key == "redo_credit") continue;
+    c10::IValue v;
+    at::Tensor t;
+    if (saved.try_read(key, v)) {
+      older.write(key, v);
+    } else {
+      ASSERT_TRUE(saved.try_read(key, t, true)) << key;
+      older.write(key, t, true);
+    }
+    ++copied;
+  }
+  ASSERT_GT(copied, 10);
+  std::ostringstream older_bytes;
+  older.save_to(older_bytes);
+  torch::serialize::InputArchive older_in;
+  std::istringstream older_stream(older_bytes.str());
+  older_in.load_from(older_stream);
+  toy::MlpRun resumed(60);
+  resumed.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  resumed.trainer->strategy()->load(older_in);
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(resumed.trainer->strategy());
+  EXPECT_EQ(s->summary().redo_credit, 0);
+  EXPECT_EQ(s->summary().undone, 1);  // the rest of the state came through
 }
 
 TEST(NowcastStrategy, DelayedVerificationMakesNoJumpItCouldNotJudge) {
