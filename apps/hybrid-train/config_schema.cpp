@@ -153,6 +153,7 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.verify_after", T::Int, num(N.verify_after), {}, "delayed verification: judge a jump after this many real steps from it, against plain's expected progress (0 = right after the jump; < 4 x period / 5)", R::in(0, kSteps).means("0 = judge right after the jump")},
       {"nowcast.redo_budget", T::Float, num(N.redo_budget), {}, "delayed verification: share of the run's steps undone windows may throw away before jumps stop (0 or 1 = no limit)", R::in(0, 1)},
       {"nowcast.redo_credit", T::Bool, N.redo_credit ? "true" : "false", {}, "delayed verification: a kept jump adds to the redo budget the steps it put the run ahead of plain (by the verdict's extrapolation)"},
+      {"nowcast.trend_states", T::Int, num(N.trend_states), {}, "delayed verification: states before the jump whose probe losses plain's expected progress is fitted to (2 = the last two; at most 5 less the states the window records over)", R::in(2, 5)},
       {"nowcast.tolerance", T::Float, num(N.tolerance), {}, "accepted probe-loss rise over a jump, relative to the loss before it", R::in(0, 1)},
       {"nowcast.optimizer_state", T::String, to_string(N.optimizer_state), {"keep", "reset", "rescale"}, "optimizer state after a kept jump: keep, reset (as new), rescale (first moment x momentum_scale)"},
       {"nowcast.momentum_scale", T::Float, num(N.momentum_scale), {}, "optimizer_state = rescale: factor on the first moment", R::in(0, 1)},

@@ -87,5 +87,13 @@ void get_tensors_into(torch::serialize::InputArchive& a, const std::string& key,
   }
 }
 
+bool get_tensors_into_if_present(torch::serialize::InputArchive& a, const std::string& key,
+                                 std::vector<at::Tensor>& dst) {
+  c10::IValue n;
+  if (!a.try_read(key + "_n", n)) return false;
+  get_tensors_into(a, key, dst);
+  return true;
+}
+
 }  // namespace archive_io
 }  // namespace ht

@@ -30,6 +30,9 @@ void put_tensors(torch::serialize::OutputArchive& a, const std::string& key,
                  const std::vector<at::Tensor>& tensors);
 void get_tensors_into(torch::serialize::InputArchive& a, const std::string& key,
                       std::vector<at::Tensor>& dst);
+// The same for tensors a later version added: false (dst untouched) where the archive has none.
+bool get_tensors_into_if_present(torch::serialize::InputArchive& a, const std::string& key,
+                                 std::vector<at::Tensor>& dst);
 
 at::Tensor get_tensor(torch::serialize::InputArchive& a, const std::string& key);
 

@@ -18,6 +18,7 @@
 #include "hybrid/core/memory_monitor.h"
 #include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/predictor_registry.h"  // parameter_copies_bytes
+#include "plain_trend.h"
 
 namespace ht {
 namespace {
@@ -93,6 +94,11 @@ void NowcastStrategyOptions::validate() const {
                              (kNowcastContext - 1) * (period / kNowcastContext),
                              ") (0: judge a jump right away; the window must end before the 4th state recorded after it)"));
   if (verify_after > 0 && !verify) fail("verify_after", "needs verify (it delays the verification)");
+  const int64_t window_recordings = verify_after / (period / kNowcastContext);
+  if (trend_states < 2 || trend_states > kNowcastContext - window_recordings)
+    fail("trend_states", cat("= ", trend_states, ": must be in [2, ", kNowcastContext - window_recordings,
+                             "] (5 states less the ", window_recordings, " the window of verify_after ", verify_after,
+                             " records over)"));
   if (!(redo_budget >= 0.0 && redo_budget <= 1.0))
     fail("redo_budget", cat("= ", redo_budget, ": must be in [0, 1] (a share of the run's steps)"));
   if (verify_after > 0 && horizon_search > 1)
@@ -264,7 +270,8 @@ class NowcastEngine final : public NowcastStrategy {
       archive_io::put(a, "cursor_position", cursor_.position);
       a.write("optimizer_snapshot", optimizer_snapshot_);
       a.write("random_state", random_state_);
-      for (int64_t t = kNowcastContext - 2; t < kNowcastContext; ++t)
+      // The states before the jump that the window has not recorded over: the verdict's trend.
+      for (int64_t t = std::max(recorded_, trend_from_); t < kNowcastContext; ++t)
         archive_io::put_tensors(a, "state" + std::to_string(t), states_[t]);
     }
   }
@@ -301,8 +308,19 @@ class NowcastEngine final : public NowcastStrategy {
       cursor_.position = archive_io::get_int(a, "cursor_position");
       optimizer_snapshot_ = archive_io::get_tensor(a, "optimizer_snapshot");
       random_state_ = archive_io::get_tensor(a, "random_state");
-      for (int64_t t = kNowcastContext - 2; t < kNowcastContext; ++t)
-        archive_io::get_tensors_into(a, "state" + std::to_string(t), states_[t]);
+      // Slots 3 and 4 always; the older ones (the trend's) where the writer kept them: a
+      // checkpoint from before trend_states holds 3 and 4 only, and its verdict fits those.
+      trend_from_ = kNowcastContext - 2;
+      for (int64_t t = kNowcastContext - 1; t >= recorded_; --t) {
+        const std::string key = "state" + std::to_string(t);
+        if (t >= kNowcastContext - 2) {
+          archive_io::get_tensors_into(a, key, states_[t]);
+        } else if (archive_io::get_tensors_into_if_present(a, key, states_[t])) {
+          trend_from_ = t;
+        } else {
+          break;
+        }
+      }
     }
   }
 
@@ -563,6 +581,7 @@ class NowcastEngine final : public NowcastStrategy {
       return false;
     }
     pending_ = true;
+    trend_from_ = 0;  // all five states are this period's
     jump_step_ = s + 1;
     pending_k_ = k;
     change_optimizer_state(trainer);
@@ -574,8 +593,8 @@ class NowcastEngine final : public NowcastStrategy {
   // The verdict on a delayed jump, at the step after its window (see verify_after). True: kept.
   // False: weights, optimizer state, data cursor, random state, step count and the recording
   // position are as before the jump. States the window recorded (slots 0-2, from the jumped
-  // trajectory) are recorded again, at the same steps, by the redone ones; slots 3 and 4, the
-  // states before the jump, are out of the window's reach (verify_after < 4 intervals).
+  // trajectory) are recorded again, at the same steps, by the redone ones; the states before the
+  // jump that the verdict scores (the last trend_states slots) are out of its reach (validate).
   bool judge(Trainer& trainer, StepRecord& rec) {
     const auto scope = trainer.memory().phase(MemoryPhase::Predict);
     pending_ = false;
@@ -587,18 +606,17 @@ class NowcastEngine final : public NowcastStrategy {
       torch::NoGradGuard no_grad;
       for (const auto& p : params_) current.push_back(p.detach().clone());
     }
-    load_params(states_[kNowcastContext - 2]);
-    const double earlier = probe_loss(trainer, probe);  // period / 5 steps before the jump
-    restore_params();
-    const double before = probe_loss(trainer, probe);  // just before the jump
+    // The probe losses of the last trend_states states before the jump, oldest first (the last
+    // is the weights the jump started from, which stay loaded for an undo).
+    std::vector<double> losses;
+    for (int64_t t = std::max(kNowcastContext - opt_.trend_states, trend_from_); t < kNowcastContext; ++t) {
+      load_params(states_[t]);
+      losses.push_back(probe_loss(trainer, probe));
+    }
     summary_.probe_ms += ms_since(tp);
-    // Plain's loss after the window, guessed from its progress over the last recording interval:
-    // the same ratio per step (a loss curve flattens; a straight line would overshoot below zero
-    // on a fast one), or the same drop per step where a loss is not positive.
     const int64_t window = opt_.verify_after + 1;  // the jump's step and the real steps after it
-    const double share = static_cast<double>(window) / static_cast<double>(interval_);
-    const double plain = before > 0.0 && earlier > before ? before * std::pow(before / earlier, share)
-                                                          : before - std::max(0.0, earlier - before) * share;
+    const PlainGuess guess = guess_plain(losses, interval_, window);
+    const double before = guess.before, plain = guess.after;
     const bool keep = std::isfinite(now) && now <= plain + opt_.tolerance * std::abs(before);
     int64_t lead = 0;
     if (keep) {
@@ -621,8 +639,8 @@ class NowcastEngine final : public NowcastStrategy {
     random_state_ = at::Tensor();
     summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", pending_k_ * interval_,
                                     " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
-                                    fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", fixed(before, 5),
-                                    " before the jump, ", fixed(earlier, 5), " a recording earlier): ",
+                                    fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", describe_trend(losses, guess),
+                                    "): ",
                                     keep ? "kept" : "undone",
                                     lead > 0 ? cat(", ~", lead, " steps ahead of plain") : std::string()));
     trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
@@ -673,6 +691,7 @@ class NowcastEngine final : public NowcastStrategy {
   bool pending_ = false;
   int64_t jump_step_ = 0;
   int64_t pending_k_ = 0;
+  int64_t trend_from_ = 0;  // the oldest state before the jump still held (a checkpoint may lack some)
   DataCursor cursor_;
   at::Tensor optimizer_snapshot_;  // [bytes] uint8, the optimizer's checkpoint format
   at::Tensor random_state_;

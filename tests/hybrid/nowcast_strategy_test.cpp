@@ -70,6 +70,38 @@ ht::NowcastStrategyOptions options(int64_t period, int64_t horizon_max) {
 
 std::vector<at::Tensor> params_of(toy::MlpRun& run) { return run.optimizer->parameters(); }
 
+// A strategy's saved state as an older version wrote it: the same scalars and tensors, less the
+// keys `dropped` says a later version added.
+void save_as_older(const ht::StepStrategy& strategy, const std::function<bool(const std::string&)>& dropped,
+                   torch::serialize::InputArchive& older_in) {
+  torch::serialize::OutputArchive full;
+  strategy.save(full);
+  std::ostringstream bytes;
+  full.save_to(bytes);
+  torch::serialize::InputArchive saved;
+  std::istringstream in(bytes.str());
+  saved.load_from(in);
+  torch::serialize::OutputArchive older;
+  int64_t copied = 0;
+  for (const std::string& key : saved.keys()) {
+    if (dropped(key)) continue;
+    c10::IValue v;
+    at::Tensor t;
+    if (saved.try_read(key, v)) {
+      older.write(key, v);
+    } else {
+      ASSERT_TRUE(saved.try_read(key, t, true)) << key;
+      older.write(key, t, true);
+    }
+    ++copied;
+  }
+  ASSERT_GT(copied, 10);
+  std::ostringstream older_bytes;
+  older.save_to(older_bytes);
+  std::istringstream older_stream(older_bytes.str());
+  older_in.load_from(older_stream);
+}
+
 }  // namespace
 
 TEST(NowcastStrategy, ScheduleIsNiNosDecayingHorizon) {
@@ -401,33 +433,8 @@ TEST(NowcastStrategy, StateSavedBeforeTheRedoCreditExistedStillLoads) {
   toy::MlpRun run(60);
   run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
   for (int i = 0; i < 30; ++i) run.trainer->train_step();
-  torch::serialize::OutputArchive full;
-  run.trainer->strategy()->save(full);
-  std::ostringstream bytes;
-  full.save_to(bytes);
-  torch::serialize::InputArchive saved;
-  std::istringstream in(bytes.str());
-  saved.load_from(in);
-  torch::serialize::OutputArchive older;  // the same scalars and tensors, less the new key
-  int64_t copied = 0;
-  for (const std::string& key : saved.keys()) {
-    if (key == "redo_credit") continue;
-    c10::IValue v;
-    at::Tensor t;
-    if (saved.try_read(key, v)) {
-      older.write(key, v);
-    } else {
-      ASSERT_TRUE(saved.try_read(key, t, true)) << key;
-      older.write(key, t, true);
-    }
-    ++copied;
-  }
-  ASSERT_GT(copied, 10);
-  std::ostringstream older_bytes;
-  older.save_to(older_bytes);
   torch::serialize::InputArchive older_in;
-  std::istringstream older_stream(older_bytes.str());
-  older_in.load_from(older_stream);
+  save_as_older(*run.trainer->strategy(), [](const std::string& key) { return key == "redo_credit"; }, older_in);
   toy::MlpRun resumed(60);
   resumed.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
   resumed.trainer->strategy()->load(older_in);
@@ -550,6 +557,67 @@ TEST(NowcastStrategy, ResumeInsideASpanningWindowAfterItsRecordingsIsBitExact) {
   expect_resume_inside_a_window_is_bit_exact(o, 80, 30);
 }
 
+TEST(NowcastStrategy, ResumeInsideAWindowJudgedOnATrendOfFourStatesIsBitExact) {
+  // A state every 4 steps, judged 5 steps after the jump at 20 (the window records at 24) on the
+  // states of steps 8-20: the checkpoint keeps them, before (22) and after (25) that recording.
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify_after = 5;
+  o.trend_states = 4;
+  o.redo_budget = 0;
+  expect_resume_inside_a_window_is_bit_exact(o, 80, 22);
+  expect_resume_inside_a_window_is_bit_exact(o, 80, 25);
+}
+
+TEST(NowcastStrategy, TheVerdictFitsTheStatesItIsAskedTo) {
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify_after = 3;
+  o.trend_states = 5;
+  o.redo_budget = 0;
+  toy::BowlRun run(40);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
+  for (int i = 0; i < 23; ++i) run.trainer->train_step();  // the jump at 20, judged at 24
+  const ht::StepRecord verdict = run.trainer->train_step();
+  EXPECT_EQ(verdict.extra.at("accepted"), 1.0);
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy());
+  ASSERT_EQ(s->summary().jump_log.size(), 1u);
+  const std::string& line = s->summary().jump_log[0];
+  const size_t at = line.find("by the trend of ");
+  ASSERT_NE(at, std::string::npos) << line;
+  std::istringstream losses(line.substr(at + 16));
+  double l = 0.0;
+  int n = 0;
+  while (losses >> l) ++n;
+  EXPECT_EQ(n, 5) << line;
+}
+
+TEST(NowcastStrategy, AWindowSavedBeforeTrendsExistedIsJudgedOnItsTwoStates) {
+  // An older version kept only the last two states before a pending jump: resumed with
+  // trend_states = 4 it judges on those two instead of failing or reading stale slots.
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify_after = 5;
+  o.trend_states = 4;
+  o.redo_budget = 0;
+  toy::MlpRun run(60);
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 22; ++i) run.trainer->train_step();
+  ASSERT_FALSE(run.trainer->strategy()->at_verified_point());
+  torch::serialize::InputArchive older_in;
+  save_as_older(*run.trainer->strategy(), [](const std::string& key) {
+    return key.rfind("state0_", 0) == 0 || key.rfind("state1_", 0) == 0 || key.rfind("state2_", 0) == 0;
+  }, older_in);
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("window.ht");
+  run.trainer->save_checkpoint(path);
+  toy::MlpRun resumed(60);
+  resumed.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  resumed.trainer->load_checkpoint(path);         // the weights, optimizer, cursor, step
+  resumed.trainer->strategy()->load(older_in);     // the strategy's state as the older version kept it
+  while (resumed.trainer->step() < 26) resumed.trainer->train_step();
+  auto* s = dynamic_cast<ht::NowcastStrategy*>(resumed.trainer->strategy());
+  ASSERT_EQ(s->summary().jump_log.size(), 1u);
+  EXPECT_NE(s->summary().jump_log[0].find("a recording earlier): undone"), std::string::npos) << s->summary().jump_log[0];
+}
+
 TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   auto error_of = [](const std::function<void(ht::NowcastStrategyOptions&)>& change) {
     ht::NowcastStrategyOptions o = options(1000, 40);
@@ -574,6 +642,9 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.weights.clear(); }), "nino_mlp.safetensors"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 800; }), "verify_after = 800: must be in [0, 4 x period / 5 = 800)"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.verify = false; }), "verify_after needs verify"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.trend_states = 1; }), "trend_states = 1: must be in [2, 5]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 250, o.trend_states = 5; }),
+                       "trend_states = 5: must be in [2, 4] (5 states less the 1 the window of verify_after 250 records over)"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));
   EXPECT_EQ(error_of([](auto&) {}), "no error");

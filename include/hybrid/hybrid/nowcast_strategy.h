@@ -67,6 +67,12 @@ struct NowcastStrategyOptions {
   // runs) it turned the worst seed's 0.86x in steps to target into 1.25x and changed no other
   // run's; where later jumps failed, the run spent up to its lead on them (BENCHMARKS.md).
   bool redo_credit = true;
+  // How many of the states before the jump plain's rate is fitted to (a least-squares line
+  // through their probe losses, in log space where all are positive). 2: the ratio between the
+  // last two, as above. More average out the noise of single states (on FM-16 the earlier of two
+  // was the lower in 10 of 24 verdicts: no progress expected); at most 5 less the states the
+  // window records over (verify_after / (period / 5) of them). Each costs one probe forward.
+  int64_t trend_states = 2;
   // > 1: also try k x 2, k / 2, k x 4, ... (up to this many horizons in all, within [1, the
   // cap]) on the same probe and keep the lowest loss. Each costs one more
   // prediction and probe forward; the weights are predicted again when the best was not the last.

@@ -1,0 +1,67 @@
+// Delayed verification's yardstick: plain's expected probe loss after a window, from a trend
+// through the losses of the states before the jump (two states: the ratio of the last two).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "hybrid/plain_trend.h"
+
+TEST(PlainTrend, TwoStatesCarryOnTheirRatioPerStep) {
+  // 0.5 -> 0.4 over a 200-step interval, carried on over a 251-step window.
+  const ht::PlainGuess g = ht::guess_plain({0.5, 0.4}, 200, 251);
+  EXPECT_EQ(g.before, 0.4);
+  EXPECT_NEAR(g.after, 0.4 * std::pow(0.4 / 0.5, 251.0 / 200.0), 1e-12);
+}
+
+TEST(PlainTrend, AnExponentialCurveIsContinuedExactly) {
+  // loss(x) = 0.3 exp(-x / 1000) + nothing: log-linear, so the fit is exact at any length.
+  auto curve = [](double x) { return 0.3 * std::exp(-x / 1000.0); };
+  for (int n = 2; n <= 5; ++n) {
+    std::vector<double> losses;
+    for (int i = n - 1; i >= 0; --i) losses.push_back(curve(-200.0 * i));
+    const ht::PlainGuess g = ht::guess_plain(losses, 200, 251);
+    EXPECT_NEAR(g.before, curve(0.0), 1e-12) << n;
+    EXPECT_NEAR(g.after, curve(251.0), 1e-12) << n;
+  }
+}
+
+TEST(PlainTrend, ANoisyLastStateDoesNotHideTheDescent) {
+  // The last state happens to score above the one before it: two states expect no progress,
+  // four still see the descent of the run - and put the jump's start on the trend, not the blip.
+  const std::vector<double> losses = {0.50, 0.47, 0.42, 0.44};
+  const ht::PlainGuess two = ht::guess_plain({0.42, 0.44}, 200, 251);
+  EXPECT_EQ(two.after, 0.44);
+  const ht::PlainGuess four = ht::guess_plain(losses, 200, 251);
+  EXPECT_LT(four.before, 0.44);
+  EXPECT_LT(four.after, four.before);
+  EXPECT_GT(four.after, 0.30);  // a carried-on trend, not a plunge
+}
+
+TEST(PlainTrend, ARisingTrendCountsAsFlat) {
+  const ht::PlainGuess g = ht::guess_plain({0.40, 0.41, 0.42, 0.43}, 200, 251);
+  EXPECT_NEAR(g.before, 0.43, 1e-3);
+  EXPECT_EQ(g.after, g.before);
+}
+
+TEST(PlainTrend, LossesThatAreNotAllPositiveFollowAStraightLine) {
+  // A negative log-likelihood can be negative: the same drop per step instead of the same ratio.
+  const ht::PlainGuess two = ht::guess_plain({-1.0, -2.0}, 10, 5);
+  EXPECT_EQ(two.before, -2.0);
+  EXPECT_DOUBLE_EQ(two.after, -2.5);
+  const ht::PlainGuess three = ht::guess_plain({0.5, -0.5, -1.5}, 10, 5);
+  EXPECT_NEAR(three.before, -1.5, 1e-12);
+  EXPECT_NEAR(three.after, -2.0, 1e-12);
+}
+
+TEST(PlainTrend, OneStateIsNoTrend) {
+  EXPECT_THROW(ht::guess_plain({0.5}, 200, 251), std::invalid_argument);
+}
+
+TEST(PlainTrend, TheLogLineNamesWhatTheVerdictSaw) {
+  EXPECT_EQ(ht::describe_trend({0.5, 0.4}, ht::guess_plain({0.5, 0.4}, 10, 5)),
+            "0.40000 before the jump, 0.50000 a recording earlier");
+  const std::vector<double> four = {0.5, 0.45, 0.42, 0.4};
+  const std::string s = ht::describe_trend(four, ht::guess_plain(four, 10, 5));
+  EXPECT_NE(s.find("before the jump by the trend of 0.50000 0.45000 0.42000 0.40000"), std::string::npos) << s;
+}
