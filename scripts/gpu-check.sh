@@ -6,6 +6,7 @@
 #   bash scripts/gpu-check.sh run       # there: build, GPU runs, tests; log in $OUT (or build-gpu/)
 #   bash scripts/gpu-check.sh quick     # there: build the CLI only, GPU runs, no test suite
 #   bash scripts/gpu-check.sh one test_kernels 'Shapes/FlashVsNaive.*'   # there: one test binary
+#   bash scripts/gpu-check.sh nowcast   # there: the CUDA tests, then FM-16 plain vs WNN+ on the GPU
 #
 # The GPU machine has no package registry, so `prepare` copies what the build needs from this
 # machine's Debian packages into build-gpu-deps/ (header-only fmt, toml++, CLI11, nlohmann-json,
@@ -24,6 +25,8 @@ prepare() {
   cp -r /usr/src/googletest "$deps/googletest"
   # The KJV Bible as plain text (the `bible` program is not there): data.dataset=text.
   bible -f gen1:1-rev22:21 | sed 's/^[^ ]* //' > "$deps/kjv.txt"
+  # Fashion-MNIST's IDX files (30 MB) for FM-16 on the GPU (`nowcast`).
+  cp -r /usr/share/datasets/fashion-mnist "$deps/fashion-mnist"
   du -sh "$deps"
 }
 
@@ -113,10 +116,50 @@ one() {
   "build-gpu/tests/$target" --gtest_filter="$filter" 2>&1 | tee "$out/one.log" | grep -v -E "^\[ +(RUN|OK) +\]" | head -80
 }
 
+# Learned nowcasting on the GPU: the CUDA tests (nowcast jumps undone bit-exactly, resume inside
+# a verification window), then FM-16 plain vs WNN+ judged after period / 4 (the README's
+# recommendation) under both protocols, seed after seed until $budget seconds are spent.
+nowcast() {
+  local out=${OUT:-build-gpu} budget=${2:-240}
+  mkdir -p "$out"
+  exec > >(tee "$out/gpu-nowcast.log") 2>&1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  grep -m1 "model name" /proc/cpuinfo; nproc
+  local prefix abi
+  prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  local t0=$SECONDS
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=ON -DHT_BUILD_TESTS=ON \
+    -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
+    > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+  cmake --build build-gpu -j "$(nproc)" --target test_integration hybrid_bench > "$out/build.log" 2>&1 ||
+    { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
+  echo "built in $((SECONDS - t0)) s"
+  build-gpu/tests/test_integration --gtest_filter='Cuda.*' 2>&1 | tee "$out/cuda_tests.log" |
+    grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|\(\+0x" | head -40 || true
+  t0=$SECONDS
+  mkdir -p build-gpu/nowcast
+  for seed in 1 2 3; do
+    for protocol in cosine nino; do
+      if (( SECONDS - t0 > budget )); then echo "time budget spent: fm16 $protocol seed $seed not run"; continue; fi
+      local dir="build-gpu/nowcast/fm16_${protocol}_seed$seed"
+      build-gpu/bench/hybrid_bench --out "$dir" --tasks fm16 --seeds 1 --first-seed "$seed" --threads 4 \
+        --target best80 --eval-points 40 --protocol "$protocol" --modes plain wnn-span \
+        --set run.device=cuda --set data.fashion_mnist_dir="$PWD/$deps/fashion-mnist" --set nowcast.tolerance=0.1 \
+        > "$dir.log" 2>&1 || { tail -20 "$dir.log"; continue; }
+      grep -E "^fm16 seed|step [0-9]+: k|^  time" "$dir.log"
+      # Curves, summaries and logs in one file ($OUT brings back 8 files at most), after each run.
+      tar czf "$out/nowcast-runs.tar.gz" -C build-gpu nowcast
+    done
+  done
+}
+
 case "${1:-run}" in
   prepare) prepare ;;
   run) run 1 ;;
   quick) run 0 ;;
   one) one "$2" "$3" ;;
-  *) echo "usage: gpu-check.sh prepare|run|quick|one TEST_BINARY GTEST_FILTER"; exit 2 ;;
+  nowcast) nowcast "$@" ;;
+  *) echo "usage: gpu-check.sh prepare|run|quick|nowcast [SECONDS]|one TEST_BINARY GTEST_FILTER"; exit 2 ;;
 esac

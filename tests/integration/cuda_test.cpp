@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "hybrid/core/trainer.h"
+#include "hybrid/hybrid/nowcast.h"
+#include "hybrid/hybrid/nowcast_strategy.h"
 #include "hybrid/kernels/attention.h"
 #include "hybrid/kernels/optimizers.h"
 #include "hybrid/models/gpt.h"
@@ -109,6 +111,32 @@ struct CudaRun {
   std::unique_ptr<ht::Trainer> trainer;
 };
 
+// A nowcaster known to be bad: every weight pushed by +3 (the states it reads are host copies).
+class PushAway : public ht::NowcastModel {
+ public:
+  explicit PushAway(ht::NowcastSpec spec) : NowcastModel(std::move(spec)) {}
+  std::string name() const override { return "push-away"; }
+  int64_t max_horizon() const override { return 40; }
+
+ protected:
+  void predict_checked(const std::vector<std::vector<at::Tensor>>& states, int64_t,
+                       const std::vector<at::Tensor>& out) override {
+    for (size_t i = 0; i < out.size(); ++i) out[i].copy_(states[i][4] + 3.0);
+  }
+};
+
+// Nowcasting on the GPU: states recorded to host memory every 4 steps, a jump every 20, judged
+// 5 steps later on the trend of the 4 states before it, and (always bad) undone.
+std::unique_ptr<ht::NowcastStrategy> bad_jumps_judged_late() {
+  ht::NowcastStrategyOptions o;
+  o.period = 20;
+  o.horizon_max = 8;
+  o.verify_after = 5;
+  o.trend_states = 4;
+  o.redo_budget = 0;  // a short run: no limit
+  return ht::make_nowcast_strategy(o, [](const ht::NowcastSpec& spec) { return std::make_unique<PushAway>(spec); });
+}
+
 }  // namespace
 
 TEST(Cuda, GptLossAndGradientsMatchTheCpuForEveryAttentionKind) {
@@ -160,5 +188,39 @@ TEST(Cuda, TrainerTrainsOnTheGpuAndResumesBitExactly) {
   again.trainer->fit();
   const auto a = full.net->parameters(), b = again.net->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  ht::testing::remove_tree(dir);
+}
+
+TEST(Cuda, NowcastUndoesBadJumpsExactlyAndResumesInsideAWindow) {
+  SKIP_WITHOUT_CUDA();
+  const std::string dir = (std::filesystem::temp_directory_path() / "ht_cuda_nowcast").string();
+  ht::testing::remove_tree(dir);
+  CudaRun plain(dir + "/plain", 60);
+  plain.trainer->fit();
+  // Every jump undone: weights, AdamW's moments, cursor and step count back, bit for bit.
+  CudaRun undone(dir + "/undone", 60);
+  undone.trainer->set_strategy(bad_jumps_judged_late());
+  undone.trainer->fit();
+  const auto* s = dynamic_cast<const ht::NowcastStrategy*>(undone.trainer->strategy());
+  EXPECT_GE(s->summary().undone, 2);
+  const auto a = plain.net->parameters(), b = undone.net->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(b[i].is_cuda());
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  }
+  // Checkpointed inside the window of the jump at step 20 (judged at 26) and resumed.
+  CudaRun first(dir + "/first", 60);
+  first.trainer->set_strategy(bad_jumps_judged_late());
+  for (int i = 0; i < 23; ++i) first.trainer->train_step();
+  ASSERT_FALSE(first.trainer->strategy()->at_verified_point());
+  first.trainer->save_checkpoint(dir + "/window.ht");
+  CudaRun second(dir + "/second", 60);
+  second.trainer->set_strategy(bad_jumps_judged_late());
+  second.trainer->load_checkpoint(dir + "/window.ht");
+  second.trainer->fit();
+  const auto c = second.net->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], c[i])) << "resumed, parameter " << i;
+  const auto* r = dynamic_cast<const ht::NowcastStrategy*>(second.trainer->strategy());
+  EXPECT_EQ(r->summary().jump_log, s->summary().jump_log);
   ht::testing::remove_tree(dir);
 }
