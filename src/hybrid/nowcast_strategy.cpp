@@ -18,6 +18,7 @@
 #include "hybrid/core/memory_monitor.h"
 #include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/predictor_registry.h"  // parameter_copies_bytes
+#include "nowcast_cost.h"
 #include "plain_trend.h"
 
 namespace ht {
@@ -153,7 +154,8 @@ std::string NowcastSummary::to_string() const {
   if (steps_redone > 0 || too_late > 0 || optimizer_snapshot_bytes > 0)
     os << "  delayed verification: " << steps_redone << " steps redone after undone jumps, " << too_late
        << " jumps not made (too close to the end to judge), " << over_budget
-       << " not made (redo budget spent); " << redo_credit << " steps paid into the budget by kept jumps; optimizer snapshot "
+       << " not made (redo budget spent); " << redo_credit << " steps paid into the budget by kept jumps; "
+       << overhead_steps << " steps' time charged to it for predictions; optimizer snapshot "
        << mib_text(optimizer_snapshot_bytes) << "\n";
   os << "  time: setup " << fixed(setup_ms, 0) << " ms, predictions " << fixed(predict_ms, 0) << " ms, probes "
      << fixed(probe_ms, 0) << " ms, recording " << fixed(record_ms, 0) << " ms, real steps " << fixed(real_ms, 0)
@@ -213,6 +215,7 @@ class NowcastEngine final : public NowcastStrategy {
       const auto tr = Clock::now();
       const FullStepResult r = trainer.full_step(Phase::Full);
       summary_.real_ms += ms_since(tr);
+      ++real_steps_;
       rec.loss = r.loss;
       rec.grad_norm = r.grad_norm;
       rec.items_per_sec = static_cast<double>(r.items);
@@ -260,6 +263,7 @@ class NowcastEngine final : public NowcastStrategy {
     archive_io::put(a, "too_late", summary_.too_late);
     archive_io::put(a, "over_budget", summary_.over_budget);
     archive_io::put(a, "redo_credit", summary_.redo_credit);
+    archive_io::put(a, "overhead_steps", summary_.overhead_steps);
     // A checkpoint inside a delayed-verification window keeps what judging and undoing need.
     archive_io::put(a, "pending", pending_);
     if (pending_) {
@@ -299,6 +303,7 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.too_late = archive_io::get_int(a, "too_late");
     summary_.over_budget = archive_io::get_int(a, "over_budget");
     summary_.redo_credit = archive_io::get_int_or(a, "redo_credit", 0);  // none paid in before it existed
+    summary_.overhead_steps = archive_io::get_int_or(a, "overhead_steps", 0);  // none charged before it existed
     pending_ = archive_io::get_bool(a, "pending");
     if (pending_) {
       jump_step_ = archive_io::get_int(a, "jump_step");
@@ -553,12 +558,19 @@ class NowcastEngine final : public NowcastStrategy {
                                       " steps left to judge it in (verify_after ", opt_.verify_after, ")"));
       return false;
     }
-    // Another failure must fit in the redo budget (0 or 1: no limit), with what kept jumps paid in.
+    // Another failure - its prediction, probes and window - must fit in the redo budget (0 or 1:
+    // no limit) with what was spent, and with what kept jumps paid in.
+    const bool limited = opt_.redo_budget > 0.0 && opt_.redo_budget < 1.0;
     const int64_t budget = static_cast<int64_t>(opt_.redo_budget * static_cast<double>(trainer.options().max_steps)) +
                            summary_.redo_credit;
-    if (opt_.redo_budget > 0.0 && opt_.redo_budget < 1.0 && summary_.steps_redone + opt_.verify_after > budget) {
+    const int64_t cost = limited ? prediction_cost_steps() : 0;
+    if (limited && summary_.steps_redone + summary_.overhead_steps + cost + opt_.verify_after > budget) {
       ++summary_.over_budget;
-      summary_.jump_log.push_back(cat("step ", s + 1, ": not made, the redo budget (", budget, " steps) is spent"));
+      summary_.jump_log.push_back(
+          cost + opt_.verify_after > budget
+              ? cat("step ", s + 1, ": not made, a prediction costs ~", cost, " steps here and a window ",
+                    opt_.verify_after, ": more than the redo budget (", budget, " steps)")
+              : cat("step ", s + 1, ": not made, the redo budget (", budget, " steps) is spent"));
       return false;
     }
     const auto scope = trainer.memory().phase(MemoryPhase::Predict);
@@ -569,6 +581,7 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.optimizer_snapshot_bytes = std::max<int64_t>(summary_.optimizer_snapshot_bytes, optimizer_snapshot_.nbytes());
     random_state_ = cpu_random_state();
     predict_into_params(k);
+    summary_.overhead_steps += cost;
     rec.extra["nowcast_jump"] = 1.0;
     rec.extra["horizon"] = static_cast<double>(k);
     if (!all_finite()) {
@@ -652,6 +665,23 @@ class NowcastEngine final : public NowcastStrategy {
     return keep;
   }
 
+  // A prediction's cost in this run's mean step times: the nowcaster's time per scalar (timed once
+  // on a small layer, or the option's) times this model's scalars; under half a step counts as
+  // none. 0 before 10 real steps (a resumed run's first few): nothing to price it against yet.
+  int64_t prediction_cost_steps() {
+    if (real_steps_ < 10) return 0;
+    if (ms_per_scalar_ < 0.0) {
+      const auto t0 = Clock::now();
+      ms_per_scalar_ = opt_.prediction_ms_per_scalar >= 0.0 ? opt_.prediction_ms_per_scalar
+                                                            : nowcaster_ms_per_scalar(factory_);
+      summary_.setup_ms += ms_since(t0);
+    }
+    int64_t scalars = 0;
+    for (const auto& p : params_) scalars += p.numel();
+    const double step_ms = summary_.real_ms / static_cast<double>(real_steps_);
+    return std::llround(ms_per_scalar_ * static_cast<double>(scalars) / std::max(step_ms, 1e-6));
+  }
+
   // Steps a kept jump is ahead of plain after its window: plain, carried on as the verdict
   // extrapolates it (from before to plain over window steps, the same ratio or drop per step),
   // would reach the jump's loss now after n steps; the lead is n - window. 0 where plain was not
@@ -692,6 +722,8 @@ class NowcastEngine final : public NowcastStrategy {
   int64_t jump_step_ = 0;
   int64_t pending_k_ = 0;
   int64_t trend_from_ = 0;  // the oldest state before the jump still held (a checkpoint may lack some)
+  int64_t real_steps_ = 0;      // real steps since this engine started (summary_.real_ms's count)
+  double ms_per_scalar_ = -1.0;  // a prediction's time per scalar, found at the first jump decision
   DataCursor cursor_;
   at::Tensor optimizer_snapshot_;  // [bytes] uint8, the optimizer's checkpoint format
   at::Tensor random_state_;

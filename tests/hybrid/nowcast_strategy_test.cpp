@@ -65,6 +65,7 @@ ht::NowcastStrategyOptions options(int64_t period, int64_t horizon_max) {
   ht::NowcastStrategyOptions o;
   o.period = period;
   o.horizon_max = horizon_max;
+  o.prediction_ms_per_scalar = 0.0;  // the scripted predictions are free: budgets count windows only
   return o;
 }
 
@@ -367,6 +368,33 @@ TEST(NowcastStrategy, DelayedVerificationStopsJumpingWhenTheRedoBudgetIsSpent) {
   EXPECT_EQ(s->summary().steps_redone, 9);
   EXPECT_EQ(s->summary().over_budget, 2);  // the 8th and 9th periods' (5-7 were skipped backing off)
   EXPECT_EQ(s->summary().too_late, 1);     // the 10th, at the last step
+}
+
+TEST(NowcastStrategy, AJumpWhosePredictionCostsMoreThanTheRedoBudgetIsNotMade) {
+  // 200 steps, 5 % = 10 may be spent; a prediction priced at 1 s per scalar is worth far more
+  // steps than that, so no jump is made and the run is plain's. Priced at 0, the same good jumps
+  // are made.
+  auto run_with = [](double ms_per_scalar) {
+    ht::NowcastStrategyOptions o = options(20, 4);
+    o.verify_after = 3;
+    o.redo_budget = 0.05;
+    o.prediction_ms_per_scalar = ms_per_scalar;
+    auto run = std::make_unique<toy::MlpRun>(200);
+    run->trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+    run->trainer->fit();
+    return run;
+  };
+  auto priced = run_with(1000.0);
+  toy::MlpRun plain(200);
+  plain.trainer->fit();
+  EXPECT_TRUE(toy::all_equal(params_of(*priced), params_of(plain)));
+  const auto& s = dynamic_cast<ht::NowcastStrategy*>(priced->trainer->strategy())->summary();
+  EXPECT_EQ(s.jumps, 0);
+  EXPECT_EQ(s.over_budget, 9);  // every period's but the last, which is too late to judge
+  ASSERT_FALSE(s.jump_log.empty());
+  EXPECT_NE(s.jump_log[0].find("a prediction costs ~"), std::string::npos) << s.jump_log[0];
+  auto free = run_with(0.0);
+  EXPECT_GT(dynamic_cast<ht::NowcastStrategy*>(free->trainer->strategy())->summary().jumps, 0);
 }
 
 TEST(NowcastStrategy, AKeptJumpPaysItsLeadIntoTheRedoBudget) {

@@ -55,10 +55,17 @@ struct NowcastStrategyOptions {
   // jump that the verdict scores. A jump with fewer steps than this left in the run is not made:
   // it could not be judged.
   int64_t verify_after = 0;
-  // The share of the run's steps that undone windows may throw away: a delayed jump is made only
-  // while steps_redone + verify_after fits in it, so a run whose jumps all fail stays within
-  // about this much of plain's time (1 / 0: no limit, as with immediate verification).
+  // The share of the run's steps that undone windows and the nowcaster's predictions may cost:
+  // a delayed jump is made only while what was spent, its prediction (in the run's mean step
+  // times) and a window fit in it, so a run whose jumps all fail stays within about this much of
+  // plain's time, plus the probes (~1 %). Where one prediction costs more than the budget
+  // (WNN+ over a 535k-parameter MLP: ~190 of its 4 ms steps), no jump is made. 1 / 0: no limit
+  // (as with immediate verification).
   double redo_budget = 0.03;
+  // A prediction's time per predicted scalar, in ms, for the budget above. < 0: timed once, at
+  // the first jump, on a 128 x 128 layer (WNN+ ~1.6e-3 on one AMD EPYC core). Setting it makes
+  // the jumps made independent of timing (tests; runs to reproduce exactly).
+  double prediction_ms_per_scalar = -1.0;
   // A kept jump pays into the redo budget the steps it put the run ahead of plain: how many steps
   // plain would need, at the rate the verdict extrapolates, to reach the loss the jump reached,
   // less the window (at most k x period / 5). A run that has gained can then afford another
@@ -105,6 +112,7 @@ struct NowcastSummary {
   int64_t too_late = 0;       // delayed verification: jumps not made, too close to the end
   int64_t over_budget = 0;    // delayed verification: jumps not made, redo_budget spent
   int64_t redo_credit = 0;    // delayed verification: steps kept jumps paid into the redo budget
+  int64_t overhead_steps = 0; // delayed verification with a budget: predictions charged to it, in mean step times
   int64_t skipped = 0;        // due while backing off after failures: not attempted
   int64_t recorded_states = 0;
   int64_t horizon_steps_kept = 0;  // sum over kept jumps of k x period / 5: steps jumped
