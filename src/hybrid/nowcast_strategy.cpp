@@ -558,12 +558,12 @@ class NowcastEngine final : public NowcastStrategy {
                                       " steps left to judge it in (verify_after ", opt_.verify_after, ")"));
       return false;
     }
-    // Another failure - its prediction, probes and window - must fit in the redo budget (0 or 1:
-    // no limit) with what was spent, and with what kept jumps paid in.
+    // Another failure - its prediction and window - must fit in the redo budget (0 or 1: no
+    // limit) with what was spent, and with what kept jumps paid in.
     const bool limited = opt_.redo_budget > 0.0 && opt_.redo_budget < 1.0;
     const int64_t budget = static_cast<int64_t>(opt_.redo_budget * static_cast<double>(trainer.options().max_steps)) +
                            summary_.redo_credit;
-    const int64_t cost = limited ? prediction_cost_steps() : 0;
+    const int64_t cost = limited ? prediction_cost_steps(trainer) : 0;
     if (limited && summary_.steps_redone + summary_.overhead_steps + cost + opt_.verify_after > budget) {
       ++summary_.over_budget;
       summary_.jump_log.push_back(
@@ -668,7 +668,8 @@ class NowcastEngine final : public NowcastStrategy {
   // A prediction's cost in this run's mean step times: the nowcaster's time per scalar (timed once
   // on a small layer, or the option's) times this model's scalars; under half a step counts as
   // none. 0 before 10 real steps (a resumed run's first few): nothing to price it against yet.
-  int64_t prediction_cost_steps() {
+  // Data-parallel ranks time differently; they price the jump at their mean, so all decide alike.
+  int64_t prediction_cost_steps(Trainer& trainer) {
     if (real_steps_ < 10) return 0;
     if (ms_per_scalar_ < 0.0) {
       const auto t0 = Clock::now();
@@ -679,7 +680,8 @@ class NowcastEngine final : public NowcastStrategy {
     int64_t scalars = 0;
     for (const auto& p : params_) scalars += p.numel();
     const double step_ms = summary_.real_ms / static_cast<double>(real_steps_);
-    return std::llround(ms_per_scalar_ * static_cast<double>(scalars) / std::max(step_ms, 1e-6));
+    const double steps = ms_per_scalar_ * static_cast<double>(scalars) / std::max(step_ms, 1e-6);
+    return std::llround(trainer.collective().mean(steps));
   }
 
   // Steps a kept jump is ahead of plain after its window: plain, carried on as the verdict
