@@ -2,7 +2,7 @@
 // delayed verification's budget charges a jump's prediction before deciding to make it.
 #include "nowcast_cost.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@ namespace ht {
 double nowcaster_ms_per_scalar(const NowcasterFactory& factory) {
   const NamedShapes layer = {{"0.weight", {128, 128}}, {"0.bias", {128}}};
   const std::unique_ptr<NowcastModel> model = factory(nowcast_spec_feedforward(layer));
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(5);
   std::vector<std::vector<at::Tensor>> states(layer.size());
   std::vector<at::Tensor> out;

@@ -11,6 +11,7 @@
 #include "hybrid/hybrid/nowcast_strategy.h"
 #include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/predictor_registry.h"
+#include "hybrid/nowcast_cost.h"
 #include "support/scratch_dir.h"
 #include "toy_problems.h"
 
@@ -395,6 +396,14 @@ TEST(NowcastStrategy, AJumpWhosePredictionCostsMoreThanTheRedoBudgetIsNotMade) {
   EXPECT_NE(s.jump_log[0].find("a prediction costs ~"), std::string::npos) << s.jump_log[0];
   auto free = run_with(0.0);
   EXPECT_GT(dynamic_cast<ht::NowcastStrategy*>(free->trainer->strategy())->summary().jumps, 0);
+}
+
+TEST(NowcastStrategy, APredictionIsPricedByTimingTheNowcasterOnASmallLayer) {
+  // The released WNN+ runs a 128-wide MLP on every scalar: ~1.6 us a scalar on one EPYC core.
+  const std::string path = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
+  const double ms = ht::nowcaster_ms_per_scalar([&](const ht::NowcastSpec& spec) { return ht::load_wnn_plus(path, spec); });
+  EXPECT_GT(ms, 1e-5);
+  EXPECT_LT(ms, 0.1);
 }
 
 TEST(NowcastStrategy, AKeptJumpPaysItsLeadIntoTheRedoBudget) {
