@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+# Pools single-seed hybrid_bench runs (one directory each) into one median, and replays their
+# delayed-verification verdicts under another tolerance rule, for BENCHMARKS.md section 9.
+"""Usage:
+  python3 bench/nowcast_runs.py [--mode wnn-span] DIR ...     per run and median over the runs
+  python3 bench/nowcast_runs.py --replay-tolerance 0.1 DIR ... kept jumps a tolerance of
+      T x k / 40 (shrinking with the horizon) would have undone, from each run's verdict lines
+Each DIR holds hybrid_summary.csv and the run's output as DIR/log or DIR.log."""
+import argparse
+import csv
+import os
+import re
+import statistics
+
+VERDICT = re.compile(r"step (\d+): k (\d+) .*probe loss ([\d.]+) against plain's ~([\d.]+) \(([\d.]+) before the jump.*: (kept|undone)")
+
+
+def rows(d):
+    with open(os.path.join(d, "hybrid_summary.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def log_of(d):
+    for path in (os.path.join(d, "log"), d.rstrip("/") + ".log"):
+        if os.path.exists(path):
+            return path
+    raise SystemExit(f"{d}: no log (DIR/log or DIR.log)")
+
+
+def pool(dirs, mode):
+    speed, steps, lower = [], [], 0
+    for d in dirs:
+        by_mode = {r["mode"]: r for r in rows(d)}
+        plain, run = by_mode["plain"], by_mode[mode]
+        s, k = float(run["speedup_vs_plain"]), float(run["step_ratio_vs_plain"])
+        fp, fr = float(plain["final_val_loss"]), float(run["final_val_loss"])
+        speed.append(s)
+        steps.append(k)
+        lower += fr < fp
+        print(f"{d}: {s:.2f}x [{k:.2f}x], final {fr:.4f} ({fp:.4f}), total {float(run['total_seconds']) / float(plain['total_seconds']) - 1:+.1%}")
+    print(f"{len(dirs)} runs: median {statistics.median(speed):.2f}x wall-clock ({min(speed):.2f}-{max(speed):.2f}x), "
+          f"{statistics.median(steps):.2f}x in steps; final loss lower in {lower} of {len(dirs)}")
+
+
+def replay(dirs, tolerance, horizon_max=40):
+    changed = 0
+    for d in dirs:
+        flips = []
+        for line in open(log_of(d)):
+            m = VERDICT.search(line)
+            if not m:
+                continue
+            step, k, now, plain, before, verdict = m.groups()
+            keep = float(now) <= float(plain) + tolerance * int(k) / horizon_max * float(before)
+            if (verdict == "kept") != keep:
+                flips.append(f"step {step} k {k}: {verdict} -> {'kept' if keep else 'undone'}")
+        changed += bool(flips)
+        print(f"{d}: " + ("; ".join(flips) if flips else "no verdict changes"))
+    print(f"{changed} of {len(dirs)} runs change")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--mode", default="wnn-span")
+    ap.add_argument("--replay-tolerance", type=float)
+    a = ap.parse_args()
+    replay(a.dirs, a.replay_tolerance) if a.replay_tolerance is not None else pool(a.dirs, a.mode)
