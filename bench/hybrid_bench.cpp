@@ -97,6 +97,7 @@ class Run {
       else if (variant == "noverify") c.set_override("nowcast.verify=false");
       else if (variant == "search") c.set_override("nowcast.horizon_search=5");
       else if (variant == "late" || variant == "long" || variant == "span") {}  // below, once nowcast.period is final
+      else if (variant == "span-horizon") c.set_override("nowcast.tolerance_by_horizon=true");
       else if (!variant.empty()) throw std::invalid_argument("unknown nowcast mode '" + mode + "'");
     }
     if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
@@ -115,7 +116,8 @@ class Run {
     // probe, whose noise is below the margins the verdict weighs.
     const int64_t period = c.get_int("nowcast.period");
     if (variant == "late" && !window_set) c.set_override(fmt::format("nowcast.verify_after={}", period / 10));
-    if (variant == "long" || variant == "span") {
+    // "<nowcaster>-span-horizon": the same with the tolerance scaled by the jump's horizon.
+    if (variant == "long" || variant == "span" || variant == "span-horizon") {
       c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
       c.set_override("nowcast.probe_batches=16");
     }
@@ -223,7 +225,7 @@ int main(int argc, char** argv) {
                                               "wnn", "nino", "wnn-reset", "wnn-rescale", "wnn-noverify", "nino-noverify",
                                               "wnn-search", "nino-search", "wnn-late", "nino-late", "wnn-long", "nino-long",
                                               "own", "own-noverify", "own-late", "own-long",
-                                              "wnn-span", "nino-span", "own-span"};
+                                              "wnn-span", "nino-span", "own-span", "wnn-span-horizon", "own-span-horizon"};
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   int64_t fm16_steps = 10000, gpt_wide_steps = 3000, threads = 2;
@@ -249,7 +251,7 @@ int main(int argc, char** argv) {
   app.add_option("--modes", modes,
                  "plain hybrid hybrid-batch lookahead snoo plain-average wnn nino wnn-reset wnn-rescale wnn-noverify "
                  "nino-noverify wnn-search nino-search wnn-late nino-late wnn-long nino-long own own-noverify own-late "
-                 "own-long wnn-span nino-span own-span (plain is required: it sets the target)")
+                 "own-long wnn-span nino-span own-span wnn-span-horizon own-span-horizon (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));

@@ -155,6 +155,8 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.redo_credit", T::Bool, N.redo_credit ? "true" : "false", {}, "delayed verification: a kept jump adds to the redo budget the steps it put the run ahead of plain (by the verdict's extrapolation)"},
       {"nowcast.trend_states", T::Int, num(N.trend_states), {}, "delayed verification: states before the jump whose probe losses plain's expected progress is fitted to (2 = the last two; at most 5 less the states the window records over)", R::in(2, 5)},
       {"nowcast.tolerance", T::Float, num(N.tolerance), {}, "accepted probe-loss rise over a jump, relative to the loss before it", R::in(0, 1)},
+      {"nowcast.tolerance_by_horizon", T::Bool, N.tolerance_by_horizon ? "true" : "false", {}, "scale the tolerance by the jump's horizon, k / horizon_max: far jumps get all of it, short late ones little"},
+      {"nowcast.prediction_ms_per_scalar", T::Float, num(N.prediction_ms_per_scalar), {}, "a prediction's price per scalar in ms for the redo budget; -1 = timed once on a 128 x 128 layer (set it to reproduce a run's jumps exactly)", R::in(-1, 1e6).means("-1 = timed once")},
       {"nowcast.optimizer_state", T::String, to_string(N.optimizer_state), {"keep", "reset", "rescale"}, "optimizer state after a kept jump: keep, reset (as new), rescale (first moment x momentum_scale)"},
       {"nowcast.momentum_scale", T::Float, num(N.momentum_scale), {}, "optimizer_state = rescale: factor on the first moment", R::in(0, 1)},
 

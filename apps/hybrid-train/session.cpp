@@ -292,6 +292,8 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.verify = c.get_bool("nowcast.verify");
   o.probe_batches = c.get_int("nowcast.probe_batches");
   o.tolerance = c.get_float("nowcast.tolerance");
+  o.tolerance_by_horizon = c.get_bool("nowcast.tolerance_by_horizon");
+  o.prediction_ms_per_scalar = c.get_float("nowcast.prediction_ms_per_scalar");
   o.verify_after = c.get_int("nowcast.verify_after");
   o.redo_budget = c.get_float("nowcast.redo_budget");
   o.redo_credit = c.get_bool("nowcast.redo_credit");

@@ -179,9 +179,8 @@ class NowcastEngine final : public NowcastStrategy {
       if (!std::ifstream(opt_.weights).good())
         fail("weights", "= \"" + opt_.weights + "\": cannot read the file; it should be models/" +
                             spec.weights_file + " from the source tree");
-      factory_ = [spec, path = opt_.weights, mo = opt_.model_options](const NowcastSpec& s) {
-        return spec.load(path, s, mo);
-      };
+      // Reads the options when called: ensure_ready sets the device the model trains on first.
+      factory_ = [this, spec](const NowcastSpec& s) { return spec.load(opt_.weights, s, opt_.model_options); };
     }
   }
 
@@ -352,6 +351,7 @@ class NowcastEngine final : public NowcastStrategy {
     }
     const NowcastSpec spec = opt_.architecture == "gpt2" ? nowcast_spec_gpt2(shapes, opt_.n_head)
                                                          : nowcast_spec_feedforward(shapes);
+    if (!params_.empty()) opt_.model_options.device = params_.front().device();
     const int64_t before = allocator_stats().current_bytes;
     model_ = factory_(spec);
     kept_bytes_ = std::max<int64_t>(0, allocator_stats().current_bytes - before);
@@ -396,6 +396,11 @@ class NowcastEngine final : public NowcastStrategy {
     for (size_t i = 0; i < params_.size(); ++i) states_[slot][i].copy_(params_[i]);
     ++summary_.recorded_states;
     summary_.record_ms += ms_since(t0);
+  }
+
+  double tolerance_at(int64_t k) const {
+    if (!opt_.tolerance_by_horizon) return opt_.tolerance;
+    return opt_.tolerance * static_cast<double>(k) / static_cast<double>(opt_.horizon_max);
   }
 
   int64_t horizon_at(int64_t s) const {
@@ -502,7 +507,7 @@ class NowcastEngine final : public NowcastStrategy {
         }
       }
       if (ks.size() > 1) tried += ")";
-      keep = std::isfinite(after) && after <= before + opt_.tolerance * std::abs(before);
+      keep = std::isfinite(after) && after <= before + tolerance_at(k) * std::abs(before);
       if (keep && k != ks.back()) {  // the parameters hold the last candidate's prediction
         restore_params();
         predict_into_params(k);
@@ -630,7 +635,7 @@ class NowcastEngine final : public NowcastStrategy {
     const int64_t window = opt_.verify_after + 1;  // the jump's step and the real steps after it
     const PlainGuess guess = guess_plain(losses, interval_, window);
     const double before = guess.before, plain = guess.after;
-    const bool keep = std::isfinite(now) && now <= plain + opt_.tolerance * std::abs(before);
+    const bool keep = std::isfinite(now) && now <= plain + tolerance_at(pending_k_) * std::abs(before);
     int64_t lead = 0;
     if (keep) {
       load_params(current);

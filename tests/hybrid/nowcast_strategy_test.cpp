@@ -192,6 +192,25 @@ TEST(NowcastStrategy, BadJumpsAreUndoneAndTheRunIsPlainBitForBit) {
   EXPECT_EQ(s->summary().skipped, 15);
 }
 
+TEST(NowcastStrategy, AToleranceByHorizonGivesFarJumpsAllOfItAndShortOnesLittle) {
+  // Every jump raises the loss by 5 %: within a 10 % tolerance at the schedule's first k = 8 (all
+  // of it), not at its last, k = 1 (an eighth of it) - unless the tolerance is flat.
+  auto five_percent_up = [](const std::vector<at::Tensor>& s, int64_t) { return 1.0 + (s[4] - 1.0) * std::sqrt(1.05); };
+  for (const bool by_horizon : {false, true}) {
+    std::vector<int64_t> horizons;
+    ht::NowcastStrategyOptions o = options(10, 8);
+    o.tolerance = 0.1;
+    o.tolerance_by_horizon = by_horizon;
+    toy::BowlRun run(20, 0.1);
+    run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(five_percent_up, &horizons)));
+    run.trainer->fit();
+    const auto& summary = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
+    EXPECT_EQ(horizons, (std::vector<int64_t>{8, 1})) << "by_horizon " << by_horizon;
+    EXPECT_EQ(summary.kept, by_horizon ? 1 : 2) << "by_horizon " << by_horizon;
+    EXPECT_EQ(summary.undone, by_horizon ? 1 : 0) << "by_horizon " << by_horizon;
+  }
+}
+
 TEST(NowcastStrategy, AnUndoneJumpRestoresTheWeightsExactly) {
   toy::MlpRun run(40), plain(40);
   run.trainer->set_strategy(ht::make_nowcast_strategy(options(20, 4), scripted(push_away)));

@@ -224,3 +224,32 @@ TEST(Cuda, NowcastUndoesBadJumpsExactlyAndResumesInsideAWindow) {
   EXPECT_EQ(r->summary().jump_log, s->summary().jump_log);
   ht::testing::remove_tree(dir);
 }
+
+TEST(Cuda, WnnPlusOnTheGpuPredictsWhatItPredictsOnTheHost) {
+  SKIP_WITHOUT_CUDA();
+  // A 2-layer GPT's shapes and kinds (fused q|k|v included), 5 drifting states; small chunks so
+  // the per-chunk transfers and the q|k|v column index cross chunk borders.
+  ht::GPT gpt(small_gpt(ht::AttentionKind::Naive));
+  const ht::NowcastSpec spec = ht::nowcast_spec_gpt2(ht::named_shapes(gpt), 2);
+  auto gen = at::detail::createCPUGenerator(3);
+  std::vector<std::vector<at::Tensor>> states;
+  for (const auto& p : spec.params) {
+    const at::Tensor start = at::randn(p.shape, gen), drift = 0.05 * at::randn(p.shape, gen);
+    std::vector<at::Tensor> s;
+    for (int t = 0; t < ht::kNowcastContext; ++t) s.push_back(start + t * drift + 0.01 * at::randn(p.shape, gen));
+    states.push_back(s);
+  }
+  const std::string weights = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
+  ht::NowcastOptions host, gpu;
+  host.chunk_rows = gpu.chunk_rows = 1000;
+  gpu.device = c10::Device("cuda:0");
+  for (const int64_t k : {1, 13, 40}) {
+    const auto a = ht::load_wnn_plus(weights, spec, host)->predict(states, k);
+    const auto b = ht::load_wnn_plus(weights, spec, gpu)->predict(states, k);
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(b[i].is_cpu());
+      const double scale = a[i].abs().max().item<double>();
+      EXPECT_LE((a[i] - b[i]).abs().max().item<double>(), 1e-5 * scale) << spec.params[i].name << " k " << k;
+    }
+  }
+}

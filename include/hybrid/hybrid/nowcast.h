@@ -81,6 +81,11 @@ struct NowcastOptions {
   // nodes of the neural graph (twin neurons merged first): ~1.2k nodes for the tiny GPT (< 1 s),
   // ~3.5k for a 6 x 256 GPT (~30 s on 2 cores, once per model). Larger graphs are refused.
   int64_t max_eigen_nodes = 8192;
+  // Where WNN+ computes (its MLP over every scalar). States and outputs stay float32 host tensors
+  // either way; on a GPU each chunk's normalised rows go over and its prediction comes back, so a
+  // jump of the tiny GPT is not ~100 of its GPU steps spent on the host. The nowcast engine sets
+  // it to the device that trains. NiNo computes on the host whatever this says.
+  c10::Device device = c10::kCPU;
 };
 
 class NowcastModel {

@@ -25,7 +25,7 @@ using nowcast::TensorScale;
 class WnnPlus final : public NowcastModel {
  public:
   WnnPlus(const std::string& path, NowcastSpec spec, NowcastOptions options)
-      : NowcastModel(std::move(spec)), chunk_(options.chunk_rows) {
+      : NowcastModel(std::move(spec)), chunk_(options.chunk_rows), device_(options.device) {
     if (chunk_ < 1) throw NowcastError("nowcast: NowcastOptions::chunk_rows must be >= 1");
     for (const auto& p : this->spec().params) {
       const int kind = static_cast<int>(p.kind);
@@ -56,6 +56,8 @@ class WnnPlus final : public NowcastModel {
     }
     w_out_ = f.get("edge_mlp.fc.6.weight", {-1, h});  // [horizons, h]
     b_out_ = f.get("edge_mlp.fc.6.bias", {w_out_.size(0)});
+    for (at::Tensor* t : {&w_in_, &type_bias_, &w_out_, &b_out_, &w_[0], &w_[1], &w_[2], &b_[0], &b_[1], &b_[2]})
+      *t = t->to(device_);
   }
 
   std::string name() const override { return "wnn+"; }
@@ -78,22 +80,23 @@ class WnnPlus final : public NowcastModel {
       const at::Tensor bias = qkv ? at::Tensor() : type_bias_[static_cast<int>(params[i].kind)];
       for (int64_t a = 0; a < n; a += chunk_) {
         const int64_t m = std::min(chunk_, n - a);
-        const at::Tensor x = nowcast::normalised_rows(flat, a, m, scale);  // [m, 5]
+        const at::Tensor x = nowcast::normalised_rows(flat, a, m, scale).to(device_);  // [m, 5]
         at::Tensor rows = bias;
         if (qkv) {  // columns [0, C) query, [C, 2C) key, [2C, 3C) value
-          const at::Tensor col = at::remainder(at::arange(a, a + m, at::kLong), width);
+          const at::Tensor col = at::remainder(at::arange(a, a + m, at::TensorOptions(at::kLong).device(device_)), width);
           rows = type_bias_.index_select(0, at::div(col, width / 3, "floor") + 7);  // [m, h]
         }
         at::Tensor h = at::addmm(rows, x, w_in_.t());  // [m, h]
         for (int l = 0; l < 3; ++l) h = silu_inplace(at::addmm(b_[l], h, w_[l].t()));
         const at::Tensor pred = x.select(1, kNowcastContext - 1) + at::mv(h, w_k).add_(b_k);
-        nowcast::denormalise_into(out_flat.narrow(0, a, m), pred, scale);
+        nowcast::denormalise_into(out_flat.narrow(0, a, m), pred.to(at::kCPU), scale);
       }
     }
   }
 
  private:
   int64_t chunk_;
+  c10::Device device_;
   at::Tensor w_in_, type_bias_, w_out_, b_out_;
   std::array<at::Tensor, 3> w_, b_;
 };
