@@ -7,6 +7,7 @@
 #   bash scripts/gpu-check.sh quick     # there: build the CLI only, GPU runs, no test suite
 #   bash scripts/gpu-check.sh one test_kernels 'Shapes/FlashVsNaive.*'   # there: one test binary
 #   bash scripts/gpu-check.sh nowcast   # there: the CUDA tests, then FM-16 plain vs WNN+ on the GPU
+#   bash scripts/gpu-check.sh record    # there: the CUDA tests, then record v2's GPT parts on the GPU
 #
 # The GPU machine has no package registry, so `prepare` copies what the build needs from this
 # machine's Debian packages into build-gpu-deps/ (header-only fmt, toml++, CLI11, nlohmann-json,
@@ -155,11 +156,66 @@ nowcast() {
   done
 }
 
+# Record v2's GPT parts on the GPU (`record [SECONDS]`), which take ~10 h on the 2 CPU cores here:
+# the tiny GPT on KJV under both protocols, seeds 1-3, plain vs SNOO vs WNN+ and our own nowcaster
+# judged 40 steps after each jump at 10 % tolerance (the README's setting; both compute on the GPU),
+# and the 6 x 256 GPT at NiNo's constant rate with NiNo beside them (NiNo computes on the host:
+# priced at hundreds of GPU steps a jump, the budget makes none on the tiny GPT). One process per
+# protocol and seed, all at once (the GPU idles between a small model's kernels); each process
+# steps its modes side by side, so ratios within a seed share the load. SECONDS caps them all.
+# HT_DEVICE=cpu HT_BUILD_DIR=build HT_GPT_STEPS=20 HT_WIDE_STEPS=4 HT_EVAL_POINTS=3 run it here as a dry run.
+record() {
+  local out=${OUT:-build-gpu} budget=${2:-330} device=${HT_DEVICE:-cuda} bin=${HT_BUILD_DIR:-build-gpu}
+  local gpt_steps=${HT_GPT_STEPS:-3000} wide_steps=${HT_WIDE_STEPS:-1000} evals=${HT_EVAL_POINTS:-30} pids=()
+  mkdir -p "$out"
+  exec > >(tee "$out/gpu-record.log") 2>&1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  grep -m1 "model name" /proc/cpuinfo; nproc; git describe --always --dirty 2>/dev/null || true
+  if [ "$bin" = build-gpu ]; then
+    local prefix abi t0=$SECONDS
+    prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=ON -DHT_BUILD_TESTS=ON \
+      -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
+      > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+    cmake --build build-gpu -j "$(nproc)" --target test_integration hybrid_bench > "$out/build.log" 2>&1 ||
+      { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
+    echo "built in $((SECONDS - t0)) s"
+  fi
+  "$bin/tests/test_integration" --gtest_filter='Cuda.*' 2>&1 | tee "$out/cuda_tests.log" |
+    grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|\(\+0x" | head -40 || true
+  local dir="$bin/record" t0=$SECONDS
+  rm -rf "$dir" && mkdir -p "$dir"
+  local common=(--threads 2 --target best80 --seeds 1 --set run.device="$device" --set data.dataset=text
+                --set data.path="$PWD/$deps/kjv.txt" --set nowcast.tolerance=0.1)
+  for protocol in nino cosine; do
+    for seed in 1 2 3; do
+      timeout "$budget" "$bin/bench/hybrid_bench" --out "$dir/gpt_${protocol}_seed$seed" --tasks gpt --protocol "$protocol" \
+        --gpt-steps "$gpt_steps" --eval-points "$evals" --first-seed "$seed" "${common[@]}" --set nowcast.verify_after=40 \
+        --modes plain snoo wnn-late own-late > "$dir/gpt_${protocol}_seed$seed.log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  timeout "$budget" "$bin/bench/hybrid_bench" --out "$dir/gptwide_nino_seed1" --tasks gpt-wide --protocol nino \
+    --gpt-wide-steps "$wide_steps" --eval-points $((evals / 3)) --first-seed 1 "${common[@]}" --set nowcast.period=500 \
+    --modes plain wnn-late nino-late own-late > "$dir/gptwide_nino_seed1.log" 2>&1 &
+  pids+=($!)
+  wait "${pids[@]}" || true  # these only: a bare wait would wait for the log's tee too
+  echo "runs took $((SECONDS - t0)) s (cap $budget s each)"
+  for log in "$dir"/*.log; do
+    echo "== $(basename "$log" .log)"
+    grep -E "^gpt|step [0-9]+: (k|not)|^  time|rror|what\(\)" "$log" | head -40 || true
+  done
+  tar czf "$out/record-runs.tar.gz" -C "$bin" record
+}
+
 case "${1:-run}" in
   prepare) prepare ;;
   run) run 1 ;;
   quick) run 0 ;;
   one) one "$2" "$3" ;;
   nowcast) nowcast "$@" ;;
-  *) echo "usage: gpu-check.sh prepare|run|quick|nowcast [SECONDS]|one TEST_BINARY GTEST_FILTER"; exit 2 ;;
+  record) record "$@" ;;
+  *) echo "usage: gpu-check.sh prepare|run|quick|nowcast [SECONDS]|record [SECONDS]|one TEST_BINARY GTEST_FILTER"; exit 2 ;;
 esac
