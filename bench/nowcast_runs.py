@@ -32,7 +32,8 @@ def pool(dirs, mode):
     for d in dirs:
         by_mode = {r["mode"]: r for r in rows(d)}
         plain, run = by_mode["plain"], by_mode[mode]
-        s, k = float(run["speedup_vs_plain"]), float(run["step_ratio_vs_plain"])
+        # A run that never reached the target has no ratio (nan): it counts as 0x, below all others.
+        s, k = (0.0 if x != x else x for x in (float(run["speedup_vs_plain"]), float(run["step_ratio_vs_plain"])))
         fp, fr = float(plain["final_val_loss"]), float(run["final_val_loss"])
         speed.append(s)
         steps.append(k)

@@ -392,19 +392,25 @@ TEST(NowcastStrategy, DelayedVerificationStopsJumpingWhenTheRedoBudgetIsSpent) {
 
 TEST(NowcastStrategy, AJumpWhosePredictionCostsMoreThanTheRedoBudgetIsNotMade) {
   // 200 steps, 5 % = 10 may be spent; a prediction priced at 1 s per scalar is worth far more
-  // steps than that, so no jump is made and the run is plain's. Priced at 0, the same good jumps
-  // are made.
-  auto run_with = [](double ms_per_scalar) {
+  // steps than that, so no jump is made and the run is plain's - and the nowcaster for the
+  // network (NiNo's graph, for one) is never built. Priced at 0, the same jumps are made.
+  int64_t network_builds = 0;
+  auto run_with = [&network_builds](double ms_per_scalar) {
     ht::NowcastStrategyOptions o = options(20, 4);
     o.verify_after = 3;
     o.redo_budget = 0.05;
     o.prediction_ms_per_scalar = ms_per_scalar;
     auto run = std::make_unique<toy::MlpRun>(200);
-    run->trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+    const ht::NowcasterFactory bad = scripted(push_away);
+    run->trainer->set_strategy(ht::make_nowcast_strategy(o, [&network_builds, bad](const ht::NowcastSpec& spec) {
+      network_builds += spec.params.front().shape != std::vector<int64_t>{128, 128};  // not the limits' small layer
+      return bad(spec);
+    }));
     run->trainer->fit();
     return run;
   };
   auto priced = run_with(1000.0);
+  EXPECT_EQ(network_builds, 0);
   toy::MlpRun plain(200);
   plain.trainer->fit();
   EXPECT_TRUE(toy::all_equal(params_of(*priced), params_of(plain)));
@@ -415,6 +421,7 @@ TEST(NowcastStrategy, AJumpWhosePredictionCostsMoreThanTheRedoBudgetIsNotMade) {
   EXPECT_NE(s.jump_log[0].find("a prediction costs ~"), std::string::npos) << s.jump_log[0];
   auto free = run_with(0.0);
   EXPECT_GT(dynamic_cast<ht::NowcastStrategy*>(free->trainer->strategy())->summary().jumps, 0);
+  EXPECT_EQ(network_builds, 1);
 }
 
 TEST(NowcastStrategy, APredictionIsPricedByTimingTheNowcasterOnASmallLayer) {
