@@ -117,6 +117,26 @@ one() {
   "build-gpu/tests/$target" --gtest_filter="$filter" 2>&1 | tee "$out/one.log" | grep -v -E "^\[ +(RUN|OK) +\]" | head -80
 }
 
+# Builds test_integration and hybrid_bench against the wheel's LibTorch into build-gpu (any other
+# $2, e.g. this machine's build/ for a dry run, is taken as built), then runs the CUDA tests.
+build_bench_and_test_cuda() {
+  local out=$1 bin=$2
+  if [ "$bin" = build-gpu ]; then
+    local prefix abi t0=$SECONDS
+    prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=ON -DHT_BUILD_TESTS=ON \
+      -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
+      > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+    cmake --build build-gpu -j "$(nproc)" --target test_integration hybrid_bench > "$out/build.log" 2>&1 ||
+      { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
+    echo "built in $((SECONDS - t0)) s"
+  fi
+  "$bin/tests/test_integration" --gtest_filter='Cuda.*' 2>&1 | tee "$out/cuda_tests.log" |
+    grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|\(\+0x" | head -40 || true
+}
+
 # Learned nowcasting on the GPU: the CUDA tests (nowcast jumps undone bit-exactly, resume inside
 # a verification window), then FM-16 plain vs WNN+ judged after period / 4 (the README's
 # recommendation) under both protocols, seed after seed until $budget seconds are spent.
@@ -126,20 +146,8 @@ nowcast() {
   exec > >(tee "$out/gpu-nowcast.log") 2>&1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   grep -m1 "model name" /proc/cpuinfo; nproc
-  local prefix abi
-  prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  build_bench_and_test_cuda "$out" build-gpu
   local t0=$SECONDS
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=ON -DHT_BUILD_TESTS=ON \
-    -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
-    > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-  cmake --build build-gpu -j "$(nproc)" --target test_integration hybrid_bench > "$out/build.log" 2>&1 ||
-    { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
-  echo "built in $((SECONDS - t0)) s"
-  build-gpu/tests/test_integration --gtest_filter='Cuda.*' 2>&1 | tee "$out/cuda_tests.log" |
-    grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|\(\+0x" | head -40 || true
-  t0=$SECONDS
   mkdir -p build-gpu/nowcast
   for seed in 1 2 3; do
     for protocol in cosine nino; do
@@ -171,20 +179,7 @@ record() {
   exec > >(tee "$out/gpu-record.log") 2>&1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   grep -m1 "model name" /proc/cpuinfo; nproc; git describe --always --dirty 2>/dev/null || true
-  if [ "$bin" = build-gpu ]; then
-    local prefix abi t0=$SECONDS
-    prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-    abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHT_USE_PCH=ON -DHT_BUILD_BENCH=ON -DHT_BUILD_TESTS=ON \
-      -DCMAKE_PREFIX_PATH="$prefix" -DHT_DEPS_DIR="$PWD/$deps" -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" \
-      > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-    cmake --build build-gpu -j "$(nproc)" --target test_integration hybrid_bench > "$out/build.log" 2>&1 ||
-      { grep -B2 -A12 "error" "$out/build.log" | head -80; exit 1; }
-    echo "built in $((SECONDS - t0)) s"
-  fi
-  "$bin/tests/test_integration" --gtest_filter='Cuda.*' 2>&1 | tee "$out/cuda_tests.log" |
-    grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|\(\+0x" | head -40 || true
+  build_bench_and_test_cuda "$out" "$bin"
   local dir="$bin/record" t0=$SECONDS
   rm -rf "$dir" && mkdir -p "$dir"
   local common=(--threads 2 --target best80 --seeds 1 --set run.device="$device" --set data.dataset=text
