@@ -335,7 +335,6 @@ class NowcastEngine final : public NowcastStrategy {
   // (model()): a run whose budget allows none does not pay for NiNo's graph (4 s on the 6 x 256 GPT).
   void ensure_ready(Trainer& trainer) {
     if (ready_) return;
-    ready_ = true;
     const auto t0 = Clock::now();
     params_ = trainer.optimizer().parameters();
     const auto named = trainer.objective().module().named_parameters(/*recurse=*/true);
@@ -389,6 +388,7 @@ class NowcastEngine final : public NowcastStrategy {
     if (!in_place_)
       for (const auto& p : params_) scratch_.push_back(at::empty(p.sizes(), p.options().device(at::kCPU)));
     summary_.setup_ms += ms_since(t0);
+    ready_ = true;
   }
 
   void record(int64_t slot) {

@@ -44,9 +44,9 @@ struct NowcastStrategyOptions {
   int64_t probe_batches = 2;
   double tolerance = 0.0;
   // Scale the tolerance by the jump's horizon, k / horizon_max: the first, far jumps get all of
-  // it, the short late ones, which gain a few hundred steps at most, little. At a constant rate
-  // the late jumps that a flat 10 % lets through left FM-16's final loss above plain's in 5 of
-  // 8 runs (BENCHMARKS.md 9).
+  // it, the short late ones, which gain a few hundred steps at most, little. On FM-16 (8 runs) it
+  // undid late jumps a flat 10 % kept without moving the time to target in 7, and cost one run
+  // an earlier jump (BENCHMARKS.md 9); off by default.
   bool tolerance_by_horizon = false;
   // Delayed verification (> 0): a jump is judged only after this many real steps from the
   // predicted weights, because right after a far jump the loss spikes and Adam recovers within a
