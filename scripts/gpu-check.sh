@@ -167,14 +167,16 @@ nowcast() {
 # Record v2's GPT parts on the GPU (`record [SECONDS]`), which take ~10 h on the 2 CPU cores here:
 # the tiny GPT on KJV under both protocols, seeds 1-3, plain vs SNOO vs WNN+ and our own nowcaster
 # judged 40 steps after each jump at 10 % tolerance (the README's setting; both compute on the GPU),
-# and the 6 x 256 GPT at NiNo's constant rate with NiNo beside them (NiNo computes on the host:
+# and the 6 x 256 GPT at NiNo's constant rate (2000 steps) with NiNo beside them (NiNo computes on the host:
 # priced at hundreds of GPU steps a jump, the budget makes none on the tiny GPT). One process per
 # protocol and seed, all at once (the GPU idles between a small model's kernels); each process
 # steps its modes side by side, so ratios within a seed share the load. SECONDS caps them all.
-# HT_DEVICE=cpu HT_BUILD_DIR=build HT_GPT_STEPS=20 HT_WIDE_STEPS=4 HT_EVAL_POINTS=3 run it here as a dry run.
+# HT_DEVICE=cpu HT_BUILD_DIR=build HT_GPT_STEPS=20 HT_WIDE_STEPS=4 HT_EVAL_POINTS=3 run it here as a dry run;
+# HT_RECORD_PARTS="gptwide" HT_WIDE_MODES="plain wnn-late" run a part of it.
 record() {
   local out=${OUT:-build-gpu} budget=${2:-330} device=${HT_DEVICE:-cuda} bin=${HT_BUILD_DIR:-build-gpu}
-  local gpt_steps=${HT_GPT_STEPS:-3000} wide_steps=${HT_WIDE_STEPS:-1000} evals=${HT_EVAL_POINTS:-30} pids=()
+  local gpt_steps=${HT_GPT_STEPS:-3000} wide_steps=${HT_WIDE_STEPS:-2000} evals=${HT_EVAL_POINTS:-30} pids=()
+  local parts=${HT_RECORD_PARTS:-gpt gptwide} wide_modes=${HT_WIDE_MODES:-plain wnn-late nino-late own-late}
   mkdir -p "$out"
   exec > >(tee "$out/gpu-record.log") 2>&1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -185,6 +187,7 @@ record() {
   local common=(--threads 2 --target best80 --seeds 1 --set run.device="$device" --set data.dataset=text
                 --set data.path="$PWD/$deps/kjv.txt" --set nowcast.tolerance=0.1)
   for protocol in nino cosine; do
+    [[ " $parts " == *" gpt "* ]] || continue
     for seed in 1 2 3; do
       timeout "$budget" "$bin/bench/hybrid_bench" --out "$dir/gpt_${protocol}_seed$seed" --tasks gpt --protocol "$protocol" \
         --gpt-steps "$gpt_steps" --eval-points "$evals" --first-seed "$seed" "${common[@]}" --set nowcast.verify_after=40 \
@@ -192,10 +195,13 @@ record() {
       pids+=($!)
     done
   done
-  timeout "$budget" "$bin/bench/hybrid_bench" --out "$dir/gptwide_nino_seed1" --tasks gpt-wide --protocol nino \
-    --gpt-wide-steps "$wide_steps" --eval-points $((evals / 3)) --first-seed 1 "${common[@]}" --set nowcast.period=500 \
-    --modes plain wnn-late nino-late own-late > "$dir/gptwide_nino_seed1.log" 2>&1 &
-  pids+=($!)
+  if [[ " $parts " == *" gptwide "* ]]; then  # as bench/record_v2.sh's gptwide_nino part
+    # shellcheck disable=SC2086  # the modes are words
+    timeout "$budget" "$bin/bench/hybrid_bench" --out "$dir/gptwide_nino_seed1" --tasks gpt-wide --protocol nino \
+      --gpt-wide-steps "$wide_steps" --eval-points 20 --first-seed 1 "${common[@]}" --set nowcast.period=500 \
+      --set nowcast.verify_after=40 --modes $wide_modes > "$dir/gptwide_nino_seed1.log" 2>&1 &
+    pids+=($!)
+  fi
   wait "${pids[@]}" || true  # these only: a bare wait would wait for the log's tee too
   echo "runs took $((SECONDS - t0)) s (cap $budget s each)"
   for log in "$dir"/*.log; do

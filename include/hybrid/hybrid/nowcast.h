@@ -81,10 +81,10 @@ struct NowcastOptions {
   // nodes of the neural graph (twin neurons merged first): ~1.2k nodes for the tiny GPT (< 1 s),
   // ~3.5k for a 6 x 256 GPT (~30 s on 2 cores, once per model). Larger graphs are refused.
   int64_t max_eigen_nodes = 8192;
-  // Where WNN+ computes (its MLP over every scalar). States and outputs stay float32 host tensors
-  // either way; on a GPU each chunk's normalised rows go over and its prediction comes back (a
-  // tiny-GPT jump took 290-530 ms on an H200, mostly the host's normalisation: BENCHMARKS.md 9).
-  // The nowcast engine sets it to the device that trains. NiNo computes on the host regardless.
+  // Where WNN+ computes (its normalisation and its MLP over every scalar). States and outputs
+  // stay float32 host tensors either way; on a GPU each tensor's 5 states go over and its
+  // prediction comes back, so it holds 5 copies of the largest tensor there for the jump. The
+  // nowcast engine sets it to the device that trains. NiNo computes on the host regardless.
   c10::Device device = c10::kCPU;
 };
 
