@@ -364,9 +364,11 @@ int main(int argc, char** argv) {
         const std::string kept = r.predicted_applied > 0 ? fmt::format("; kept {} of {} predicted updates",
                                                                          r.predicted_kept, r.predicted_applied)
                                                        : std::string();
-        std::printf("%s seed %lld %-12s target %.4f: %7.2f s, %6.0f steps to target (%.2fx plain); final %.4f in %.1f s; peak %.1f MiB%s\n",
-                    task.c_str(), static_cast<long long>(seed), mode.c_str(), target, sec, st, speedup,
-                    r.curve.back().val_loss, r.total_seconds, r.peak_bytes / 1048576.0, kept.c_str());
+        const std::string reached = std::isfinite(sec) ? fmt::format("{:7.2f} s, {:6.0f} steps to target ({:.2f}x plain)", sec, st, speedup)
+                                                       : std::string("never reached the target");
+        std::printf("%s seed %lld %-12s target %.4f: %s; final %.4f in %.1f s; peak %.1f MiB%s\n", task.c_str(),
+                    static_cast<long long>(seed), mode.c_str(), target, reached.c_str(), r.curve.back().val_loss,
+                    r.total_seconds, r.peak_bytes / 1048576.0, kept.c_str());
         if (!r.nowcast_summary.empty()) std::printf("  %s\n", r.nowcast_summary.c_str());
         std::fflush(stdout);
       }
