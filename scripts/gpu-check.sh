@@ -176,7 +176,10 @@ nowcast() {
 record() {
   local out=${OUT:-build-gpu} budget=${2:-330} device=${HT_DEVICE:-cuda} bin=${HT_BUILD_DIR:-build-gpu}
   local gpt_steps=${HT_GPT_STEPS:-3000} wide_steps=${HT_WIDE_STEPS:-2000} evals=${HT_EVAL_POINTS:-30} pids=()
-  local parts=${HT_RECORD_PARTS:-gpt gptwide} wide_modes=${HT_WIDE_MODES:-plain wnn-late nino-late own-late}
+  local parts=${HT_RECORD_PARTS:-gpt gptwide} wide_modes=${HT_WIDE_MODES:-plain wnn-late nino-late own-late} part
+  for part in $parts; do
+    [[ $part == gpt || $part == gptwide ]] || { echo "HT_RECORD_PARTS: unknown part '$part' (use gpt, gptwide or both)"; exit 2; }
+  done
   mkdir -p "$out"
   exec > >(tee "$out/gpu-record.log") 2>&1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
