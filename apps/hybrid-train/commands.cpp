@@ -299,7 +299,7 @@ int run_train(const std::vector<std::string>& args) {
   const dist::DistEnvironment env = dist::environment_from_env();
   if (env.distributed()) g_rank_prefix = "[rank " + std::to_string(env.rank) + "] ";
   const Config c = load_config(args);
-  set_threads(thread_count(c, env));
+  set_threads(thread_count(c, env), c.get_bool("run.flush_denormal"));
   if (!env.distributed()) return train(c, nullptr);
   dist::ProcessGroupOptions po;
   po.env = env;
@@ -328,7 +328,7 @@ int run_train_launcher(int nproc, const std::vector<std::string>& args) {
 int run_eval(const std::string& checkpoint, const std::vector<std::string>& overrides) {
   const CheckpointSummary summary = inspect_checkpoint(checkpoint);
   const Config c = config_of_checkpoint(checkpoint, overrides, summary);
-  set_threads(static_cast<int>(c.get_int("run.threads")));
+  set_threads(static_cast<int>(c.get_int("run.threads")), c.get_bool("run.flush_denormal"));
   Session s = in_stage("loading the data and building the model",
                        [&] { return build_session(c, /*with_data=*/true, /*load_init_from=*/false); });
   // Weights only (the average, if the run kept one): evaluation needs no optimizer state, and
@@ -346,7 +346,7 @@ int run_eval(const std::string& checkpoint, const std::vector<std::string>& over
 
 int run_sample(const std::string& checkpoint, const SampleOptions& options) {
   const Config c = config_of_checkpoint(checkpoint, {}, inspect_checkpoint(checkpoint));
-  set_threads(static_cast<int>(c.get_int("run.threads")));
+  set_threads(static_cast<int>(c.get_int("run.threads")), c.get_bool("run.flush_denormal"));
   Session s = build_session(c, /*with_data=*/false, /*load_init_from=*/false);
   if (!s.gpt) throw ConfigError("sample needs a GPT checkpoint; this one holds a " + c.get_string("model.kind"));
   if (c.get_string("data.dataset") == "tokens")
