@@ -22,6 +22,7 @@
 #include "core/eval_schedule.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/hybrid/nowcast_strategy.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/strategy.h"
 
 namespace fs = std::filesystem;
@@ -46,17 +47,20 @@ struct RunResult {
   std::string nowcast_summary;
 };
 
-// Nowcast modes: "wnn" / "nino" / "own" (run.mode=nowcast with that nowcaster, NiNo's defaults), with a
+// Nowcast modes: a registered nowcaster's name - "wnn", "nino", "own", "own-gpt" (run.mode=nowcast with
+// it, NiNo's defaults) - with a
 // suffix "-reset" / "-rescale" (the optimizer's state after a jump, unverified: compare with
 // "-noverify", which keeps it), "-noverify" or "-search"
 // (nowcast.horizon_search=5: each jump tries k, 2k, k/2, 4k, k/4 on the probe) or "-late"
 // (delayed verification: each jump judged period / 10 real steps after it) or "-long" (judged
 // period / 5 - 1 steps after it, on a 16-batch probe) or "-span" (period / 4, past the next
 // recorded state, on a 16-batch probe).
-bool is_nowcast_mode(const std::string& mode) {
-  for (const std::string model : {"wnn", "nino", "own"})
-    if (mode == model || mode.rfind(model + "-", 0) == 0) return true;
-  return false;
+// The registered nowcaster a mode names ("own-gpt-late": "own-gpt", not "own"), or "" for none.
+std::string nowcast_model_of(const std::string& mode) {
+  std::string best;
+  for (const auto& spec : ht::nowcaster_registry())
+    if ((mode == spec.name || mode.rfind(spec.name + "-", 0) == 0) && spec.name.size() > best.size()) best = spec.name;
+  return best;
 }
 
 int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
@@ -81,12 +85,12 @@ class Run {
     // (bench/results/snoo_screen.log): k 10, outer lr 0.3, momentum 0.7. Its steady outer step alpha / (1 - momentum) = 1 keeps the
     // trajectory's drift and damps the noise around it; above 1 it diverged or missed the target.
     const bool snoo = mode == "snoo";
-    const bool nowcast = is_nowcast_mode(mode);
-    const std::string variant = nowcast && mode.find('-') != std::string::npos ? mode.substr(mode.find('-') + 1) : "";
+    const std::string model = nowcast_model_of(mode);
+    const bool nowcast = !model.empty();
+    const std::string variant = nowcast && mode.size() > model.size() ? mode.substr(model.size() + 1) : "";
     c.set_override(std::string("run.mode=") +
                    (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : nowcast ? "nowcast" : mode));
     if (nowcast) {
-      const std::string model = mode.substr(0, mode.find('-'));
       c.set_override("nowcast.model=" + model);
       // Unverified, as NiNo runs: verified right after the jump, every far jump is undone and the
       // optimizer's state after a kept one would never be measured.
@@ -221,11 +225,11 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"mlp", "gpt", "cnn"};
-  const std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average",
-                                              "wnn", "nino", "wnn-reset", "wnn-rescale", "wnn-noverify", "nino-noverify",
-                                              "wnn-search", "nino-search", "wnn-late", "nino-late", "wnn-long", "nino-long",
-                                              "own", "own-noverify", "own-late", "own-long",
-                                              "wnn-span", "nino-span", "own-span", "wnn-span-horizon", "own-span-horizon"};
+  std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
+  for (const auto& spec : ht::nowcaster_registry())  // every nowcaster with every variant Run knows
+    for (const std::string variant : {"", "-reset", "-rescale", "-noverify", "-search", "-late", "-long", "-span",
+                                      "-span-horizon"})
+      all_modes.push_back(spec.name + variant);
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
   int64_t fm16_steps = 10000, gpt_wide_steps = 3000, threads = 2;
@@ -249,9 +253,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
-                 "plain hybrid hybrid-batch lookahead snoo plain-average wnn nino wnn-reset wnn-rescale wnn-noverify "
-                 "nino-noverify wnn-search nino-search wnn-late nino-late wnn-long nino-long own own-noverify own-late "
-                 "own-long wnn-span nino-span own-span wnn-span-horizon own-span-horizon (plain is required: it sets the target)")
+                 "plain hybrid hybrid-batch lookahead snoo plain-average, or a nowcaster (wnn nino own ...) alone or with "
+                 "-reset -rescale -noverify -search -late -long -span -span-horizon (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));

@@ -48,15 +48,24 @@ std::string CorpusTask::describe() const {
 }
 
 std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
+  for (const auto& f : scale.families)
+    if (f != "mlp" && f != "cnn" && f != "gpt")
+      throw OptionsError("corpus family \"" + f + "\": must be mlp, cnn or gpt (e.g. --families gpt)");
+  if (scale.families.empty()) throw OptionsError("corpus families: name at least one of mlp, cnn, gpt");
+  if (scale.gpt_size != "small" && scale.gpt_size != "medium")
+    throw OptionsError("corpus GPT size \"" + scale.gpt_size + "\": must be small or medium");
+  const bool medium = scale.gpt_size == "medium";
   std::mt19937_64 rng(scale.seed);
-  // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32) or 4 x 128 GPT.
+  // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32), 4 x 128 or 6 x 256 GPT.
   const std::vector<std::vector<int64_t>> mlps = {{128}, {256, 64}, {64, 64, 32}, {384, 128}, {96, 48}, {200, 100, 50}, {48}};
   const std::vector<std::vector<int64_t>> cnns = {{8, 16}, {12, 24}, {24, 16}, {8, 8}, {6, 12}, {4, 12}};
-  const std::vector<std::vector<int64_t>> gpts = {{1, 32, 2}, {2, 32, 4}, {2, 48, 4}, {3, 32, 2}, {1, 64, 4}, {2, 64, 2}};
+  const std::vector<std::vector<int64_t>> gpts =
+      medium ? std::vector<std::vector<int64_t>>{{2, 96, 4}, {3, 96, 4}, {5, 96, 4}, {2, 128, 4}, {3, 128, 4}, {2, 160, 4}}
+             : std::vector<std::vector<int64_t>>{{1, 32, 2}, {2, 32, 4}, {2, 48, 4}, {3, 32, 2}, {1, 64, 4}, {2, 64, 2}};
   std::vector<CorpusTask> tasks;
   for (int64_t r = 0; r < scale.runs; ++r) {
     CorpusTask t;
-    t.family = r % 3 == 0 ? "mlp" : r % 3 == 1 ? "cnn" : "gpt";
+    t.family = scale.families[r % scale.families.size()];
     t.seed = 100 + r;
     t.states = scale.states;
     t.cosine = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
@@ -75,12 +84,13 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
       intervals = {25, 50, 100};
     } else {
       t.widths = pick(gpts, rng);
-      t.batch = pick(std::vector<int64_t>{8, 16}, rng);
-      t.context = pick(std::vector<int64_t>{32, 64}, rng);
+      t.batch = medium ? 16 : pick(std::vector<int64_t>{8, 16}, rng);
+      t.context = medium ? 128 : pick(std::vector<int64_t>{32, 64}, rng);
       t.lr = log_uniform(1e-3, 1e-2, rng);
       t.beta2 = pick(std::vector<double>{0.95, 0.999}, rng);
       t.weight_decay = pick(std::vector<double>{0.0, 0.1}, rng);
-      intervals = {20, 50, 100};
+      // Medium: the tiny GPT's recording intervals (40 in nowcast-meta eval, 200 at period 1000).
+      intervals = medium ? std::vector<int64_t>{40, 100, 200} : std::vector<int64_t>{20, 50, 100};
     }
     t.interval = std::max<int64_t>(1, std::llround(pick(intervals, rng) * scale.interval_scale));
     tasks.push_back(t);

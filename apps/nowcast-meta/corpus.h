@@ -28,7 +28,11 @@ struct CorpusTask {
 };
 
 struct CorpusScale {
-  int64_t runs = 48;          // cycles mlp, cnn, gpt
+  int64_t runs = 48;          // cycles through `families`
+  std::vector<std::string> families = {"mlp", "cnn", "gpt"};
+  // "small": 1-3 layers of width 32-64, context 32/64 (the default corpus). "medium": 2-5 layers of
+  // width 96-160, context 128, the tiny GPT benchmark's batch and scale (not its 4 x 128 shape).
+  std::string gpt_size = "small";
   int64_t states = 60;        // per run
   int64_t max_scalars = 1024; // recorded scalars per tensor
   double interval_scale = 1.0;  // multiplies each family's intervals (quick presets: < 1)
@@ -36,7 +40,8 @@ struct CorpusScale {
 };
 
 // The runs of a corpus: shapes, rates, schedules and seeds drawn (seeded) from lists that leave
-// out the benchmark tasks (784-512-256-10, the 16/32 CNN, FM-16, the 4 x 128 GPT, KJV).
+// out the benchmark tasks (784-512-256-10, the 16/32 CNN, FM-16, the 4 x 128 and 6 x 256 GPTs,
+// KJV). Throws OptionsError for an unknown family or GPT size.
 std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale);
 
 // Writes /usr/share/common-licenses/* (Debian base-files) concatenated into `path` (the GPTs' text).

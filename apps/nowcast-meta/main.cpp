@@ -32,7 +32,8 @@ struct BuildArgs {
   ht::MetaTrainOptions train;
   int64_t holdout_every = 8;  // every n-th run is held out of training and scored
   std::string out = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn.safetensors";
-  std::string corpus_out, corpus_in;
+  std::string corpus_out;
+  std::vector<std::string> corpus_in;  // several: their runs together (e.g. the default corpus + GPTs)
   std::string work_dir = "runs/nowcast-meta";
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 };
@@ -53,8 +54,11 @@ int build(BuildArgs a, const std::string& command_line) {
   std::vector<ht::Trajectory> corpus;
   double corpus_s = 0.0;
   if (!a.corpus_in.empty()) {
-    corpus = ht::load_trajectories(a.corpus_in);
-    std::printf("corpus: %zu trajectories read from %s\n", corpus.size(), a.corpus_in.c_str());
+    for (const auto& path : a.corpus_in) {
+      auto part = ht::load_trajectories(path);
+      std::printf("corpus: %zu trajectories read from %s\n", part.size(), path.c_str());
+      corpus.insert(corpus.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    }
   } else {
     const std::string text = a.work_dir + "/common-licenses.txt";
     ht::meta::write_license_text(text);
@@ -98,13 +102,15 @@ int build(BuildArgs a, const std::string& command_line) {
     held_text = fmt::format("{} held-out runs: L1 {:.4f} (no jump {:.4f})", held.size(), trained, baseline);
     std::printf("%s\n", held_text.c_str());
   }
+  int64_t min_states = corpus.empty() ? 0 : corpus.front().states(), max_states = min_states;
+  for (const auto& t : corpus) min_states = std::min(min_states, t.states()), max_states = std::max(max_states, t.states());
   std::filesystem::create_directories(std::filesystem::path(a.out).parent_path());
   ht::save_wnn_plus(a.out, result.weights,
                     {{"model_args", fmt::format("{{\"gnn\": false, \"hid\": {}, \"seq_len\": {}, \"ctx\": 5}}",
                                                 a.train.hidden, a.train.horizons)},
                      {"trained_by", command_line},
-                     {"corpus", fmt::format("{} runs ({} trained on), {} states each", corpus.size(), train.size(),
-                                            a.scale.states)},
+                     {"corpus", fmt::format("{} runs ({} trained on), {}-{} states each", corpus.size(), train.size(),
+                                            min_states, max_states)},
                      {"held_out", held_text}});
   // The file must load as the nowcast mode loads it, and predict finite weights.
   auto check = ht::load_wnn_plus(a.out, ht::nowcast_spec_feedforward({{"fc.weight", {4, 3}}, {"fc.bias", {4}}}));
@@ -173,7 +179,11 @@ int main(int argc, char** argv) {
   BuildArgs b;
   auto* build_cmd = app.add_subcommand("build", "record the corpus and meta-train, writing safetensors");
   build_cmd->add_flag("--quick", b.quick, "a few-second preset (3 short runs, 40 meta steps) for tests");
-  build_cmd->add_option("--runs", b.scale.runs, "corpus runs (mlp, cnn, gpt in turn)");
+  build_cmd->add_option("--runs", b.scale.runs, "corpus runs (the families in turn)");
+  build_cmd->add_option("--families", b.scale.families, "comma list of mlp, cnn, gpt (default all three)")
+      ->delimiter(',');
+  build_cmd->add_option("--gpt-size", b.scale.gpt_size,
+                        "small (1-3 x 32-64, context 32/64; default) or medium (2-5 x 96-160, context 128)");
   build_cmd->add_option("--states", b.scale.states, "recorded states per run");
   build_cmd->add_option("--max-scalars", b.scale.max_scalars, "recorded scalars per tensor");
   build_cmd->add_option("--interval-scale", b.scale.interval_scale, "multiplies the recording intervals");
@@ -186,7 +196,8 @@ int main(int argc, char** argv) {
   build_cmd->add_option("--holdout-every", b.holdout_every, "hold every n-th run out of training (0: none)");
   build_cmd->add_option("--out", b.out, "the weights file");
   build_cmd->add_option("--corpus-out", b.corpus_out, "also write the corpus here (safetensors)");
-  build_cmd->add_option("--corpus-in", b.corpus_in, "train on this corpus instead of recording one");
+  build_cmd->add_option("--corpus-in", b.corpus_in, "train on these corpora (repeat or comma list) instead of recording one")
+      ->delimiter(',');
   build_cmd->add_option("--work-dir", b.work_dir, "scratch folder (the license text)");
   build_cmd->add_option("--fashion-mnist-dir", b.fashion_mnist_dir);
   EvalArgs e;

@@ -158,20 +158,23 @@ TEST(NowcastMeta, TrainedFileLoadsThroughLoadWnnPlusAndExtrapolates) {
   EXPECT_LT(err_pred, 0.5 * err_none) << "prediction " << err_pred << " last state " << err_none;
 }
 
-TEST(NowcastMeta, RegistryListsOurOwnNowcasterAndItsCommittedWeightsLoad) {
+TEST(NowcastMeta, RegistryListsOurOwnNowcastersAndTheirCommittedWeightsLoad) {
   std::vector<std::string> names;
   for (const auto& s : ht::nowcaster_registry()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own"}));
-  const ht::NowcasterSpec& own = ht::find_nowcaster("own");
-  const std::string path = std::string(HT_SOURCE_DIR) + "/models/" + own.weights_file;
-  auto model = own.load(path, small_spec(), {});
-  EXPECT_EQ(model->name(), "wnn+");
-  EXPECT_EQ(model->max_horizon(), 40);
+  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own", "own-gpt"}));
   const auto states = drifting_states(small_spec(), 5, 9);
   std::vector<std::vector<at::Tensor>> context(3);
   for (size_t i = 0; i < 3; ++i)
     for (int t = 0; t < 5; ++t) context[i].push_back(states[t][i]);
-  for (const auto& p : model->predict(context, 8)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  for (const std::string name : {"own", "own-gpt"}) {
+    SCOPED_TRACE(name);
+    const ht::NowcasterSpec& own = ht::find_nowcaster(name);
+    const std::string path = std::string(HT_SOURCE_DIR) + "/models/" + own.weights_file;
+    auto model = own.load(path, small_spec(), {});
+    EXPECT_EQ(model->name(), "wnn+");
+    EXPECT_EQ(model->max_horizon(), 40);
+    for (const auto& p : model->predict(context, 8)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  }
 }
 
 }  // namespace

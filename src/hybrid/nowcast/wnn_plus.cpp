@@ -145,4 +145,14 @@ NowcasterSpec own_nowcaster_spec() {
   return s;
 }
 
+// Our own, meta-trained on GPTs only: byte-level GPTs of the tiny GPT benchmark's scale (nowcast-meta
+// build --families gpt --gpt-size medium; models/own/README.md), for transformer runs.
+NowcasterSpec own_gpt_nowcaster_spec() {
+  NowcasterSpec s = wnn_nowcaster_spec();
+  s.name = "own-gpt";
+  s.help = "WNN+ meta-trained on this project's own byte-level GPT runs only (models/own)";
+  s.weights_file = "own/own_wnn_gpt.safetensors";
+  return s;
+}
+
 }  // namespace ht
