@@ -1,6 +1,7 @@
 // The corpus runs: drawn from shapes and settings the benchmarks do not use, trained with the
 // project's Trainer (the CLI's session for data and GPTs), every parameter recorded every interval.
 #include "corpus.h"
+#include "task_run.h"
 
 #include <algorithm>
 #include <cmath>
@@ -112,13 +113,13 @@ void write_license_text(const std::string& path) {
   if (!out) throw DataError("cannot write " + path);
 }
 
-Trajectory record_task(const CorpusTask& t, int64_t max_scalars, const std::string& fashion_mnist_dir,
-                       const std::string& text_path) {
+std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashion_mnist_dir,
+                                   const std::string& text_path, int64_t val_batches) {
   cli::Config c;
   auto set = [&](const std::string& kv) { c.set_override(kv); };
   set("run.seed=" + std::to_string(t.seed));
   set("data.batch_size=" + std::to_string(t.batch));
-  set("data.val_batches=1");
+  set("data.val_batches=" + std::to_string(val_batches));
   set(fmt::format("optim.lr={}", t.lr));
   set(fmt::format("optim.beta2={}", t.beta2));
   set(fmt::format("optim.weight_decay={}", t.weight_decay));
@@ -144,40 +145,46 @@ Trajectory record_task(const CorpusTask& t, int64_t max_scalars, const std::stri
     set("data.fashion_mnist_dir=" + fashion_mnist_dir);
     set("model.kind=mlp");  // the session's data; the model is replaced below
   }
-  cli::Session s = cli::build_session(c, true);
-  std::shared_ptr<ImageClassifier> net;
-  std::unique_ptr<Objective> objective;
-  std::unique_ptr<Optimizer> optimizer;
+  auto run = std::make_unique<TaskRun>();
+  run->session = cli::build_session(c, true);
   if (!gpt) {
     if (t.family == "mlp") {
       MLPConfig m;
       m.hidden = t.widths;
-      net = std::make_shared<MLP>(m);
+      run->net = std::make_shared<MLP>(m);
     } else {
       ConvNetConfig m;
       m.channels1 = t.widths.at(0);
       m.channels2 = t.widths.at(1);
-      net = std::make_shared<ConvNet>(m);
+      run->net = std::make_shared<ConvNet>(m);
     }
-    objective = make_image_classifier_objective(net);
+    run->own_objective = make_image_classifier_objective(run->net);
     AdamWOptions o;
     o.lr = t.lr;
     o.beta2 = t.beta2;
     o.weight_decay = t.weight_decay;
-    optimizer = make_adamw(net->parameters(), o);
+    run->own_optimizer = make_adamw(run->net->parameters(), o);
   }
-  Objective& obj = gpt ? *s.objective : *objective;
-  Optimizer& opt = gpt ? *s.optimizer : *optimizer;
+  run->objective = gpt ? run->session.objective.get() : run->own_objective.get();
+  run->optimizer = gpt ? run->session.optimizer.get() : run->own_optimizer.get();
   TrainerOptions options = cli::trainer_options(c);
   options.checkpoint.dir.clear();
-  Trainer trainer(obj, opt, *s.data, options);
-  const NamedShapes shapes = named_shapes(obj.module());
-  const NowcastSpec spec = gpt ? nowcast_spec_gpt2(shapes, t.widths.at(2)) : nowcast_spec_feedforward(shapes);
-  TrajectoryRecorder recorder(spec, max_scalars, static_cast<uint64_t>(t.seed));
-  const std::vector<at::Tensor> params = opt.parameters();
-  while (trainer.step() < t.steps()) {
-    trainer.train_step();
-    if (trainer.step() % t.interval == 0) recorder.record(params);
+  run->schedule = options.schedule;
+  if (run->schedule.total_steps == 0) run->schedule.total_steps = t.steps();
+  run->trainer = std::make_unique<Trainer>(*run->objective, *run->optimizer, *run->session.data, options);
+  const NamedShapes shapes = named_shapes(run->objective->module());
+  run->spec = gpt ? nowcast_spec_gpt2(shapes, t.widths.at(2)) : nowcast_spec_feedforward(shapes);
+  return run;
+}
+
+Trajectory record_task(const CorpusTask& t, int64_t max_scalars, const std::string& fashion_mnist_dir,
+                       const std::string& text_path) {
+  const auto run = open_task(t, fashion_mnist_dir, text_path, 1);
+  TrajectoryRecorder recorder(run->spec, max_scalars, static_cast<uint64_t>(t.seed));
+  const std::vector<at::Tensor> params = run->optimizer->parameters();
+  while (run->trainer->step() < t.steps()) {
+    run->trainer->train_step();
+    if (run->trainer->step() % t.interval == 0) recorder.record(params);
   }
   return recorder.take(t.describe(), t.interval);
 }

@@ -11,6 +11,8 @@
 
 #include "corpus.h"
 #include "evaluate.h"
+#include "tune.h"
+#include "hybrid/core/errors.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/hybrid/nowcast_meta.h"
 
@@ -126,6 +128,92 @@ int build(BuildArgs a, const std::string& command_line) {
   return 0;
 }
 
+struct TuneArgs {
+  bool quick = false;
+  std::string from = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn_gpt.safetensors";
+  std::string out = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn_gpt_loss.safetensors";
+  ht::meta::CorpusScale scale;
+  int64_t held = 2;    // the last `held` drawn runs are not tuned on, only scored
+  int64_t probes = 4;  // validation batches per run the loss is probed on
+  ht::LossTuneOptions tune;
+  std::string work_dir = "runs/nowcast-meta";
+  std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+};
+
+int tune(TuneArgs a, const std::string& command_line) {
+  if (a.quick) {  // seconds: the test suite's preset
+    a.scale.runs = 1;
+    a.scale.gpt_size = "small";  // 1-3 x 32-64: its predictions cost milliseconds, not a second
+    a.scale.states = 7;
+    a.scale.interval_scale = 0.05;
+    a.held = 1;
+    a.probes = 1;
+    a.tune.steps_per_run = 4;
+    a.tune.grad_scalars = 256;
+  }
+  if (a.held < 0 || a.probes < 1) throw ht::OptionsError("tune: --held must be >= 0 and --probes >= 1");
+  std::filesystem::create_directories(a.work_dir);
+  const auto t_all = Clock::now();
+  const std::string text = a.work_dir + "/common-licenses.txt";
+  ht::meta::write_license_text(text);
+  const int64_t tuned_runs = a.scale.runs;
+  a.scale.runs += a.held;  // drawn together, so the held-out runs differ from the tuned ones
+  const auto tasks = ht::meta::corpus_tasks(a.scale);
+  const auto start_weights = ht::read_wnn_plus(a.from);
+  ht::LossTuner tuner(start_weights, a.tune);
+  const ht::LossTuner start(start_weights, a.tune);  // scores only
+  std::printf("cpu: %s\ntuning %s on %ld runs, %ld meta steps each (loss weight %g, L1 weight %g, lr %g, loss read %ld "
+              "optimizer steps after the prediction)\n",
+              cpu_model().c_str(), a.from.c_str(), static_cast<long>(tuned_runs), static_cast<long>(a.tune.steps_per_run),
+              a.tune.loss_weight, a.tune.l1_weight, a.tune.lr, static_cast<long>(a.tune.recover_steps));
+  for (int64_t r = 0; r < tuned_runs; ++r) {
+    const auto t0 = Clock::now();
+    ht::meta::with_recorded_run(tasks[r], a.fashion_mnist_dir, text, a.probes, [&](const ht::LossTuneRun& run) {
+      const double trained_s = seconds_since(t0);
+      double first = 0, last = 0;
+      const auto steps = tuner.tune(run);
+      const size_t half = steps.size() / 2;
+      for (size_t i = 0; i < steps.size(); ++i)
+        (i < half ? first : last) += steps[i].loss_pred / steps[i].loss_now / static_cast<double>(i < half ? half : steps.size() - half);
+      std::printf("run %ld/%ld (%.0f s training, %.0f s tuning): %s\n  loss there / loss at state t: %.4f first half, %.4f second half\n",
+                  static_cast<long>(r + 1), static_cast<long>(tuned_runs), trained_s, seconds_since(t0) - trained_s,
+                  tasks[r].describe().c_str(), half ? first : NAN, last);
+      std::fflush(stdout);
+    });
+  }
+  std::string held_text = "none", table;
+  double ratio_start = 0, ratio_tuned = 0;
+  for (int64_t h = 0; h < a.held; ++h) {
+    const auto& task = tasks[tuned_runs + h];
+    ht::meta::with_recorded_run(task, a.fashion_mnist_dir, text, a.probes, [&](const ht::LossTuneRun& run) {
+      const auto score = ht::meta::score_held_out(start, tuner, run, "held-out " + std::to_string(h + 1));
+      ratio_start += score.ratio_start / a.held, ratio_tuned += score.ratio_tuned / a.held;
+      table += score.table;
+    });
+    std::printf("held-out run %ld: %s\n", static_cast<long>(h + 1), task.describe().c_str());
+  }
+  if (a.held > 0) {
+    std::printf("\nvalidation loss on the held-out runs (mean of %ld probe batches) now and at the predictions, both after %ld "
+                "optimizer steps\n"
+                "| run | state | k | loss now | start weights | tuned weights |\n|---|---|---|---|---|---|\n%s",
+                static_cast<long>(a.probes), static_cast<long>(a.tune.recover_steps), table.c_str());
+    held_text = fmt::format("{} held-out runs: loss at prediction / loss now {:.4f} (start weights {:.4f})", a.held,
+                            ratio_tuned, ratio_start);
+    std::printf("%s\n", held_text.c_str());
+  }
+  const auto weights = tuner.weights();
+  ht::save_wnn_plus(a.out, weights,
+                    {{"model_args", fmt::format("{{\"gnn\": false, \"hid\": {}, \"seq_len\": {}, \"ctx\": 5}}",
+                                                weights.at("edge_mlp.fc.0.weight").size(0),
+                                                weights.at("edge_mlp.fc.6.weight").size(0))},
+                     {"trained_by", command_line},
+                     {"tuned_from", a.from},
+                     {"held_out", held_text}});
+  ht::load_wnn_plus(a.out, ht::nowcast_spec_feedforward({{"fc.weight", {4, 3}}}));  // loads as a jump loads it
+  std::printf("wrote %s in %.1f s\n", a.out.c_str(), seconds_since(t_all));
+  return 0;
+}
+
 struct EvalArgs {
   std::string own = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn.safetensors";
   std::string wnn = std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors";
@@ -200,6 +288,34 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   build_cmd->add_option("--work-dir", b.work_dir, "scratch folder (the license text)");
   build_cmd->add_option("--fashion-mnist-dir", b.fashion_mnist_dir);
+  TuneArgs tu;
+  tu.scale.families = {"gpt"};
+  tu.scale.gpt_size = "medium";
+  tu.scale.runs = 8;
+  tu.scale.states = 12;
+  tu.scale.seed = 2030;
+  auto* tune_cmd = app.add_subcommand("tune", "loss-aware tuning of a nowcaster on fresh runs (the loss at its predictions)");
+  tune_cmd->add_flag("--quick", tu.quick, "a few-second preset (one short run tuned, one scored) for tests");
+  tune_cmd->add_option("--from", tu.from, "the weights to start from (default: own-gpt's)");
+  tune_cmd->add_option("--out", tu.out, "the tuned weights file");
+  tune_cmd->add_option("--runs", tu.scale.runs, "runs tuned on (default 8)");
+  tune_cmd->add_option("--held", tu.held, "further runs only scored (default 2)");
+  tune_cmd->add_option("--families", tu.scale.families, "comma list of mlp, cnn, gpt (default gpt)")->delimiter(',');
+  tune_cmd->add_option("--gpt-size", tu.scale.gpt_size, "small or medium (default)");
+  tune_cmd->add_option("--states", tu.scale.states, "recorded states per run (default 12)");
+  tune_cmd->add_option("--interval-scale", tu.scale.interval_scale, "multiplies the recording intervals");
+  tune_cmd->add_option("--corpus-seed", tu.scale.seed, "seed of the drawn runs (default 2030, not build's)");
+  tune_cmd->add_option("--probes", tu.probes, "validation batches the loss is probed on (default 4)");
+  tune_cmd->add_option("--steps-per-run", tu.tune.steps_per_run, "meta steps on each run");
+  tune_cmd->add_option("--lr", tu.tune.lr, "AdamW rate of the tuning (constant)");
+  tune_cmd->add_option("--loss-weight", tu.tune.loss_weight, "weight of loss(prediction) / loss(now)");
+  tune_cmd->add_option("--l1-weight", tu.tune.l1_weight, "weight of the L1 to the recorded future");
+  tune_cmd->add_option("--grad-scalars", tu.tune.grad_scalars, "scalars per tensor the nowcaster's gradient uses");
+  tune_cmd->add_option("--recover-steps", tu.tune.recover_steps,
+                       "optimizer steps from the prediction before the loss is read (default 0: at the prediction)");
+  tune_cmd->add_option("--seed", tu.tune.seed, "seed of the (t, k) draws and scalar subsets");
+  tune_cmd->add_option("--work-dir", tu.work_dir, "scratch folder (the license text)");
+  tune_cmd->add_option("--fashion-mnist-dir", tu.fashion_mnist_dir);
   EvalArgs e;
   auto* eval_cmd = app.add_subcommand("eval", "score own vs released WNN+ vs no jump on FM-16 and the tiny GPT");
   eval_cmd->add_option("--own", e.own);
@@ -215,6 +331,7 @@ int main(int argc, char** argv) {
   ht::set_threads(threads);
   try {
     if (*build_cmd) return build(b, command_line);
+    if (*tune_cmd) return tune(tu, command_line);
     return eval(e, threads);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "nowcast-meta: %s\n", ex.what());

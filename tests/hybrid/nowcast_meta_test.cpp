@@ -161,12 +161,12 @@ TEST(NowcastMeta, TrainedFileLoadsThroughLoadWnnPlusAndExtrapolates) {
 TEST(NowcastMeta, RegistryListsOurOwnNowcastersAndTheirCommittedWeightsLoad) {
   std::vector<std::string> names;
   for (const auto& s : ht::nowcaster_registry()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own", "own-gpt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own", "own-gpt", "own-gpt-loss", "wnn-tuned"}));
   const auto states = drifting_states(small_spec(), 5, 9);
   std::vector<std::vector<at::Tensor>> context(3);
   for (size_t i = 0; i < 3; ++i)
     for (int t = 0; t < 5; ++t) context[i].push_back(states[t][i]);
-  for (const std::string name : {"own", "own-gpt"}) {
+  for (const std::string name : {"own", "own-gpt", "own-gpt-loss", "wnn-tuned"}) {
     SCOPED_TRACE(name);
     const ht::NowcasterSpec& own = ht::find_nowcaster(name);
     const std::string path = std::string(HT_SOURCE_DIR) + "/models/" + own.weights_file;
@@ -175,6 +175,67 @@ TEST(NowcastMeta, RegistryListsOurOwnNowcastersAndTheirCommittedWeightsLoad) {
     EXPECT_EQ(model->max_horizon(), 40);
     for (const auto& p : model->predict(context, 8)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
   }
+}
+
+// A linear least-squares model y = x w trained by plain gradient descent from a random start: its
+// weights move steadily toward the solution, so a jump further along their motion lowers the loss.
+struct LinearRun {
+  at::Tensor x, y, w;  // [64, 8], [64, 4], the model [8, 4] (a leaf with grad)
+  ht::LossTuneRun run;
+};
+
+std::unique_ptr<LinearRun> linear_run(uint64_t seed, int64_t T) {
+  torch::manual_seed(seed);
+  auto r = std::make_unique<LinearRun>();
+  r->x = torch::randn({64, 8});
+  r->y = r->x.mm(torch::randn({8, 4}));
+  r->w = torch::randn({8, 4}).requires_grad_(true);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int step = 0; step < 5; ++step) {
+      const at::Tensor loss = (r->x.mm(r->w) - r->y).pow(2).mean();
+      loss.backward();
+      torch::NoGradGuard no_grad;
+      r->w.sub_(r->w.grad() * 0.02);
+      r->w.mutable_grad() = at::Tensor();
+    }
+    r->run.states.push_back({r->w.detach().clone()});
+  }
+  r->run.spec = ht::nowcast_spec_feedforward({{"fc.weight", {8, 4}}});
+  r->run.params = {r->w};
+  LinearRun* self = r.get();
+  r->run.probe_loss = [self](int64_t) { return (self->x.mm(self->w) - self->y).pow(2).mean(); };
+  return r;
+}
+
+TEST(NowcastMeta, LossAwareTuningLowersTheLossAtPredictionsOnAnUnseenRun) {
+  ht::MetaTrainOptions o = small_options();
+  o.steps = 1;  // the start: (almost) the untrained net, which predicts "no jump"
+  const auto start = ht::meta_train_wnn_plus(drifting_corpus(1, 8, 5), o).weights;
+  ht::LossTuneOptions t;
+  t.steps_per_run = 60;
+  t.lr = 3e-3;
+  t.l1_weight = 0.0;  // the loss alone: the future is not needed
+  ht::LossTuner tuner(start, t);
+  const ht::LossTuner untuned(start, t);
+  for (uint64_t seed : {1, 2, 3}) {
+    auto r = linear_run(seed, 12);
+    const auto steps = tuner.tune(r->run);
+    ASSERT_EQ(steps.size(), 60u);
+    EXPECT_TRUE(torch::equal(r->w.detach(), r->run.states.back()[0]));  // left at the run's last state
+    EXPECT_FALSE(r->w.grad().defined());
+  }
+  auto held = linear_run(9, 12);
+  const auto before = untuned.score(held->run, 11, 10, 0), after = tuner.score(held->run, 11, 10, 0);
+  EXPECT_NEAR(before.loss_pred / before.loss_now, 1.0, 0.05);
+  EXPECT_LT(after.loss_pred, 0.5 * after.loss_now) << "tuned: " << after.loss_pred << " now " << after.loss_now;
+}
+
+TEST(NowcastMeta, LossAwareTuningRefusesARunTooShortForAContext) {
+  ht::MetaTrainOptions o = small_options();
+  o.steps = 1;
+  ht::LossTuner tuner(ht::meta_train_wnn_plus(drifting_corpus(1, 8, 5), o).weights, {});
+  auto r = linear_run(1, 4);
+  EXPECT_THROW(tuner.tune(r->run), ht::NowcastError);
 }
 
 }  // namespace

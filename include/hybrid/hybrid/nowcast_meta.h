@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,68 @@ MetaTrainResult meta_train_wnn_plus(const std::vector<Trajectory>& corpus, const
 // for held-out trajectories.
 double meta_eval_loss(const std::map<std::string, at::Tensor>& weights, const std::vector<Trajectory>& corpus,
                       const MetaTrainOptions& options, int64_t batches, uint64_t seed);
+
+// Loss-aware tuning. L1 on normalised weights rewards predictions that raise the task's loss (a
+// GPT nowcaster closer in weight space was worse in loss, BENCHMARKS 9), so this trains the
+// nowcaster through the loss at its predicted weights: the full prediction for every scalar,
+// the model's loss and gradient there (dL/dw), and dL/dw chained into the nowcaster on a random
+// subset of scalars (rescaled, so the estimate of the full gradient is unbiased).
+struct LossTuneRun {
+  NowcastSpec spec;                // kinds of the parameters, in `params` order
+  std::vector<at::Tensor> params;  // the model's live parameters: set to a prediction, then probed
+  std::vector<std::vector<at::Tensor>> states;  // [T][P] full float32 states, one every interval
+  // The model's loss on probe batch `probe` (0 .. probes-1) at its current parameters, with grad.
+  std::function<at::Tensor(int64_t probe)> probe_loss;
+  int64_t probes = 1;
+  // Puts the run's optimizer back in its state at state t and trains `steps` steps from the
+  // current parameters, as the optimizer continues after a jump (null: the run cannot).
+  std::function<void(int64_t t, int64_t steps)> recover;
+};
+
+struct LossTuneOptions {
+  int64_t steps_per_run = 50;  // meta steps on each run: (t, k) drawn with t >= 4, k <= horizons
+  double lr = 3e-4;            // AdamW on the nowcaster (fine-tuning), constant
+  double weight_decay = 1e-2;
+  double loss_weight = 1.0;    // of (probe loss at the prediction) / (probe loss at state t)
+  double l1_weight = 1.0;      // of the L1 to the recorded future (only where t + k was recorded)
+  int64_t grad_scalars = 8192; // per tensor: scalars the nowcaster's gradient is computed on
+  double grad_clip = 1.0;
+  // Optimizer steps taken from the predicted weights before the loss is probed. A far jump is
+  // worth what is left of it once the optimizer has corrected its overshoot (measured on FM-16:
+  // WNN+'s kept jumps raise the loss at once and beat plain 250 steps later), so the loss is
+  // read there; its gradient is chained into the nowcaster as if taken at the prediction
+  // (first-order, as first-order MAML). 0: the loss at the prediction itself.
+  int64_t recover_steps = 0;
+  uint64_t seed = 0;
+};
+
+struct LossTuneStep {
+  int64_t t = 0, k = 0;
+  // Probe loss at state t and at the prediction, before the update (with recover_steps: in
+  // score() both after that many steps, from state t and from the prediction; in tune() the
+  // latter only).
+  double loss_now = 0, loss_pred = 0;
+  double l1 = NAN;                     // normalised L1 to state t + k (NAN: not recorded)
+};
+
+class LossTuner {
+ public:
+  // Starts from `start` (load_wnn_plus's names, e.g. a meta-trained own model's weights).
+  LossTuner(const std::map<std::string, at::Tensor>& start, LossTuneOptions options);
+  ~LossTuner();
+  // steps_per_run meta steps on one run. Leaves run.params at the run's last state.
+  std::vector<LossTuneStep> tune(const LossTuneRun& run, const std::function<void(const LossTuneStep&)>& progress = nullptr);
+  // Probe loss ratio (prediction / state t) of the current weights at (t, k), no update.
+  LossTuneStep score(const LossTuneRun& run, int64_t t, int64_t k, int64_t probe) const;
+  std::map<std::string, at::Tensor> weights() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a WNN+ weights file (safetensors) into load_wnn_plus's names.
+std::map<std::string, at::Tensor> read_wnn_plus(const std::string& path);
 
 // Writes the weights as safetensors (with `metadata`) for load_wnn_plus.
 void save_wnn_plus(const std::string& path, const std::map<std::string, at::Tensor>& weights,

@@ -7,79 +7,14 @@
 
 #include "hybrid/core/safetensors.h"
 #include "hybrid/hybrid/nowcast_meta.h"
+#include "meta_net.h"
 #include "tensor_scale.h"
 
 namespace ht {
 namespace {
 
 constexpr int kCtx = kNowcastContext;
-
-struct Net {
-  at::Tensor embed, w_in, b_in, w[3], b[3], w_out, b_out;
-
-  std::vector<at::Tensor> all() const { return {embed, w_in, b_in, w[0], b[0], w[1], b[1], w[2], b[2], w_out, b_out}; }
-
-  std::map<std::string, at::Tensor> named() const {
-    std::map<std::string, at::Tensor> m;
-    m["layer_embed.weight"] = embed;
-    m["edge_proj.fc.0.weight"] = w_in;
-    m["edge_proj.fc.0.bias"] = b_in;
-    for (int l = 0; l < 3; ++l) {
-      m["edge_mlp.fc." + std::to_string(2 * l) + ".weight"] = w[l];
-      m["edge_mlp.fc." + std::to_string(2 * l) + ".bias"] = b[l];
-    }
-    m["edge_mlp.fc.6.weight"] = w_out;
-    m["edge_mlp.fc.6.bias"] = b_out;
-    return m;
-  }
-
-  static Net from(const std::map<std::string, at::Tensor>& m) {
-    auto get = [&](const std::string& n) {
-      const auto it = m.find(n);
-      if (it == m.end()) throw NowcastError("WNN+ weights: tensor '" + n + "' is missing");
-      return it->second.to(at::kFloat);
-    };
-    Net net;
-    net.embed = get("layer_embed.weight");
-    net.w_in = get("edge_proj.fc.0.weight");
-    net.b_in = get("edge_proj.fc.0.bias");
-    for (int l = 0; l < 3; ++l) {
-      net.w[l] = get("edge_mlp.fc." + std::to_string(2 * l) + ".weight");
-      net.b[l] = get("edge_mlp.fc." + std::to_string(2 * l) + ".bias");
-    }
-    net.w_out = get("edge_mlp.fc.6.weight");
-    net.b_out = get("edge_mlp.fc.6.bias");
-    return net;
-  }
-
-  // PyTorch's defaults (Linear: U(+-1/sqrt(fan_in)), Embedding: N(0, 1)); the output layer starts
-  // at zero, so the untrained model predicts "no change" (the last state) for every horizon.
-  static Net init(int64_t h, int64_t horizons, uint64_t seed) {
-    at::Generator gen = at::detail::createCPUGenerator(seed);
-    auto uni = [&](std::vector<int64_t> shape, int64_t fan_in) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-      return at::empty(shape, at::kFloat).uniform_(-bound, bound, gen);
-    };
-    Net net;
-    net.embed = at::empty({15, h}, at::kFloat).normal_(0.0, 1.0, gen);
-    net.w_in = uni({h, kCtx}, kCtx);
-    net.b_in = uni({h}, kCtx);
-    for (int l = 0; l < 3; ++l) {
-      net.w[l] = uni({h, h}, h);
-      net.b[l] = uni({h}, h);
-    }
-    net.w_out = at::zeros({horizons, h}, at::kFloat);
-    net.b_out = at::zeros({horizons}, at::kFloat);
-    return net;
-  }
-
-  // WNN+'s forward (wnn_plus.cpp), all horizons: [N, 5] normalised states, [N] kinds -> [N, H].
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& kind) const {
-    at::Tensor h = at::addmm(b_in, x, w_in.t()) + embed.index_select(0, kind);
-    for (int l = 0; l < 3; ++l) h = at::silu(at::addmm(b[l], h, w[l].t()));
-    return x.select(1, kCtx - 1).unsqueeze(1) + at::addmm(b_out, h, w_out.t());
-  }
-};
+using nowcast::MetaNet;
 
 struct Samples {
   at::Tensor x, kind, y, mask;  // [N, 5], [N], [N, H], [N, H] (1 where the target exists)
@@ -148,7 +83,7 @@ class Sampler {
   std::vector<std::pair<size_t, size_t>> pairs_;
 };
 
-at::Tensor l1_loss(const Net& net, const Samples& s) {
+at::Tensor l1_loss(const MetaNet& net, const Samples& s) {
   return ((net.forward(s.x, s.kind) - s.y).abs() * s.mask).sum() / s.mask.sum().clamp_min(1.0);
 }
 
@@ -166,7 +101,7 @@ MetaTrainResult meta_train_wnn_plus(const std::vector<Trajectory>& corpus, const
   check(o);
   const Sampler sampler(corpus, o);
   std::mt19937_64 rng(o.seed);
-  Net net = Net::init(o.hidden, o.horizons, o.seed);
+  MetaNet net = MetaNet::init(o.hidden, o.horizons, o.seed);
   std::vector<at::Tensor> params = net.all();
   for (auto& p : params) p.set_requires_grad(true);
   torch::optim::AdamW opt(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
@@ -192,7 +127,7 @@ double meta_eval_loss(const std::map<std::string, at::Tensor>& weights, const st
                       const MetaTrainOptions& o, int64_t batches, uint64_t seed) {
   check(o);
   const Sampler sampler(corpus, o);
-  const Net net = Net::from(weights);
+  const MetaNet net = MetaNet::from(weights);
   std::mt19937_64 rng(seed);
   at::NoGradGuard no_grad;
   double sum = 0.0;
@@ -202,7 +137,7 @@ double meta_eval_loss(const std::map<std::string, at::Tensor>& weights, const st
 
 void save_wnn_plus(const std::string& path, const std::map<std::string, at::Tensor>& weights,
                    const std::map<std::string, std::string>& metadata) {
-  const Net net = Net::from(weights);  // checks every name is there
+  const MetaNet net = MetaNet::from(weights);  // checks every name is there
   NamedTensors out;
   for (const auto& [name, t] : net.named()) out.emplace_back(name, t.detach().contiguous());
   save_safetensors(path, out, metadata);

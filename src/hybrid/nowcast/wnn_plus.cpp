@@ -135,24 +135,46 @@ NowcasterSpec wnn_nowcaster_spec() {
   return s;
 }
 
-// Our own: the same network with weights meta-trained on this project's runs (nowcast-meta,
-// apps/nowcast-meta; models/own/README.md says which corpus and scale), so the same costs.
-NowcasterSpec own_nowcaster_spec() {
+namespace {
+
+// The WNN+ network with other weights: the same forward and costs, another name and file.
+NowcasterSpec wnn_with_weights(const char* name, const char* help, const char* weights_file) {
   NowcasterSpec s = wnn_nowcaster_spec();
-  s.name = "own";
-  s.help = "WNN+ meta-trained on this project's own runs (nowcast-meta, models/own)";
-  s.weights_file = "own/own_wnn.safetensors";
+  s.name = name;
+  s.help = help;
+  s.weights_file = weights_file;
   return s;
+}
+
+}  // namespace
+
+// Our own: weights meta-trained on this project's runs (nowcast-meta, apps/nowcast-meta;
+// models/own/README.md says which corpus and scale).
+NowcasterSpec own_nowcaster_spec() {
+  return wnn_with_weights("own", "WNN+ meta-trained on this project's own runs (nowcast-meta, models/own)",
+                          "own/own_wnn.safetensors");
 }
 
 // Our own, meta-trained on GPTs only: byte-level GPTs of the tiny GPT benchmark's scale (nowcast-meta
 // build --families gpt --gpt-size medium; models/own/README.md), for transformer runs.
 NowcasterSpec own_gpt_nowcaster_spec() {
-  NowcasterSpec s = wnn_nowcaster_spec();
-  s.name = "own-gpt";
-  s.help = "WNN+ meta-trained on this project's own byte-level GPT runs only (models/own)";
-  s.weights_file = "own/own_wnn_gpt.safetensors";
-  return s;
+  return wnn_with_weights("own-gpt", "WNN+ meta-trained on this project's own byte-level GPT runs only (models/own)",
+                          "own/own_wnn_gpt.safetensors");
+}
+
+// own-gpt tuned through the task's loss at its predicted weights (nowcast-meta tune, LossTuner in
+// nowcast/loss_tune.cpp): L1 to the future alone had made own-gpt's jumps closer in weight space
+// and worse in loss. Its rows past k = 20 are trained by the loss term alone.
+NowcasterSpec own_gpt_loss_nowcaster_spec() {
+  return wnn_with_weights("own-gpt-loss", "own-gpt tuned through the loss at its predicted weights (nowcast-meta tune)",
+                          "own/own_wnn_gpt_loss.safetensors");
+}
+
+// The released WNN+ tuned on this project's CNN runs through the loss its jumps leave once the
+// optimizer has corrected them (nowcast-meta tune --recover-steps; models/own/README.md).
+NowcasterSpec wnn_tuned_nowcaster_spec() {
+  return wnn_with_weights("wnn-tuned", "the released WNN+ tuned through the loss 100 steps after its jumps, on our CNN runs",
+                          "own/wnn_tuned.safetensors");
 }
 
 }  // namespace ht

@@ -1,0 +1,81 @@
+// The runs of loss-aware tuning: a corpus task trained with every interval's whole state kept
+// (a medium GPT: ~2.5 MB a state), probed on its own validation batches.
+#include "tune.h"
+
+#include <cmath>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "task_run.h"
+
+namespace ht::meta {
+
+void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_dir, const std::string& text_path,
+                       int64_t probes, const std::function<void(const LossTuneRun&)>& use) {
+  const auto run = open_task(task, fashion_mnist_dir, text_path, probes);
+  LossTuneRun r;
+  r.spec = run->spec;
+  r.params = run->optimizer->parameters();
+  r.probes = probes;
+  std::vector<std::string> optimizer_states;  // serialised, one per recorded state
+  while (run->trainer->step() < task.steps()) {
+    run->trainer->train_step();
+    if (run->trainer->step() % task.interval == 0) {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> state;
+      for (const auto& p : r.params) state.push_back(p.detach().to(at::kFloat).clone());
+      r.states.push_back(std::move(state));
+      torch::serialize::OutputArchive archive;
+      run->optimizer->save(archive);
+      std::ostringstream bytes;
+      archive.save_to(bytes);
+      optimizer_states.push_back(bytes.str());
+    }
+  }
+  Objective& objective = *run->objective;
+  DataSource& data = *run->session.data;
+  Optimizer& optimizer = *run->optimizer;
+  r.probe_loss = [&objective, &data](int64_t probe) { return objective.loss(data.val_batch(probe)); };
+  // From state t the optimizer goes on as the run did there: its moments and step count, the
+  // schedule's rate at that step; the batches are the next ones of the stream (not the run's).
+  r.recover = [&, interval = task.interval](int64_t t, int64_t steps) {
+    torch::serialize::InputArchive archive;
+    std::istringstream bytes(optimizer_states.at(static_cast<size_t>(t)));
+    archive.load_from(bytes);
+    optimizer.load(archive);
+    const int64_t first = (t + 1) * interval;
+    for (int64_t s = 0; s < steps; ++s) {
+      optimizer.schedule_lr([&](double base) { return run->schedule.at(base, first + s); });
+      optimizer.zero_grad();
+      objective.loss(data.next_train_batch()).backward();
+      optimizer.step();
+    }
+    optimizer.zero_grad();
+  };
+  use(r);
+}
+
+HeldOutScore score_held_out(const LossTuner& start, const LossTuner& tuned, const LossTuneRun& run,
+                            const std::string& task) {
+  HeldOutScore s;
+  const auto T = static_cast<int64_t>(run.states.size());
+  int64_t n = 0;
+  for (const int64_t t : {T / 2, T - 1}) {
+    if (t < kNowcastContext - 1) continue;
+    for (const int64_t k : {1, 5, 10, 20, 40}) {
+      double a = 0, b = 0, now = 0;
+      for (int64_t probe = 0; probe < run.probes; ++probe) {
+        const LossTuneStep x = start.score(run, t, k, probe), y = tuned.score(run, t, k, probe);
+        now += x.loss_now / run.probes, a += x.loss_pred / run.probes, b += y.loss_pred / run.probes;
+      }
+      s.ratio_start += a / now, s.ratio_tuned += b / now, ++n;
+      s.table += fmt::format("| {} | {} | {} | {:.4f} | {:.4f} | {:.4f} |\n", task, t + 1, k, now, a, b);
+    }
+  }
+  if (n) s.ratio_start /= n, s.ratio_tuned /= n;
+  return s;
+}
+
+}  // namespace ht::meta
