@@ -215,7 +215,12 @@ std::map<std::string, at::Tensor> LossTuner::weights() const {
 std::map<std::string, at::Tensor> read_wnn_plus(const std::string& path) {
   std::map<std::string, at::Tensor> weights;
   for (auto& [name, t] : load_safetensors(path)) weights[name] = t.to(at::kFloat);
-  nowcast::MetaNet::from(weights);  // every name there, or a NowcastError naming the missing one
+  try {
+    nowcast::MetaNet::from(weights);  // every name there
+  } catch (const NowcastError& e) {
+    throw NowcastError("'" + path + "' is not a WNN+ weights file (" + e.what() +
+                       "); start from models/nino/nino_mlp.safetensors or one of models/own/*.safetensors");
+  }
   return weights;
 }
 
