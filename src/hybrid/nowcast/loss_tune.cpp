@@ -43,6 +43,28 @@ Context context_of(const LossTuneRun& run, size_t i, int64_t t) {
   return c;
 }
 
+void check_run(const LossTuneRun& run, int64_t recover_steps) {
+  const auto T = static_cast<int64_t>(run.states.size());
+  if (T < kCtx) throw NowcastError("loss-aware tuning: a run needs >= 5 recorded states, got " + std::to_string(T));
+  if (run.params.size() != run.spec.params.size() || run.states.front().size() != run.params.size())
+    throw NowcastError("loss-aware tuning: the run's spec, parameters and states disagree in count");
+  if (!run.probe_loss || run.probes < 1) throw NowcastError("loss-aware tuning: the run has no probe loss");
+  if (recover_steps > 0 && !run.recover)
+    throw NowcastError("loss-aware tuning: recover_steps > 0 but the run cannot train on from a state");
+}
+
+std::vector<at::Tensor> kinds_of(const NowcastSpec& spec) {
+  std::vector<at::Tensor> kinds;
+  for (const auto& p : spec.params) kinds.push_back(scalar_kinds(p));
+  return kinds;
+}
+
+std::vector<Context> contexts_of(const LossTuneRun& run, int64_t t) {
+  std::vector<Context> contexts;
+  for (size_t i = 0; i < run.params.size(); ++i) contexts.push_back(context_of(run, i, t));
+  return contexts;
+}
+
 }  // namespace
 
 struct LossTuner::Impl {
@@ -54,10 +76,11 @@ struct LossTuner::Impl {
   at::Generator gen;  // the scalar subsets
 
   // The whole prediction at horizon k for every tensor, written into run.params (no grad).
-  void predict_into(const LossTuneRun& run, const std::vector<at::Tensor>& kinds, int64_t t, int64_t k) const {
+  void predict_into(const LossTuneRun& run, const std::vector<at::Tensor>& kinds, const std::vector<Context>& contexts,
+                    int64_t k) const {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < run.params.size(); ++i) {
-      const Context c = context_of(run, i, t);
+      const Context& c = contexts[i];
       const int64_t n = c.flat.front().numel();
       at::Tensor out = run.params[i].detach().view(-1);
       for (int64_t a = 0; a < n; a += kChunk) {
@@ -92,16 +115,11 @@ LossTuner::LossTuner(const std::map<std::string, at::Tensor>& start, LossTuneOpt
       !(options.l1_weight >= 0.0) || !(options.grad_clip >= 0.0))
     throw NowcastError("LossTuneOptions: steps_per_run, grad_scalars >= 1, lr > 0, weights and grad_clip >= 0 required");
   impl_->o = options;
-  impl_->net = nowcast::MetaNet::from(start);
-  impl_->params = impl_->net.all();
-  for (auto& p : impl_->params) {
-    p = p.detach().clone();
-    p.set_requires_grad(true);
-  }
-  auto& n = impl_->net;  // the net's handles must be the trained leaves
-  n.embed = impl_->params[0], n.w_in = impl_->params[1], n.b_in = impl_->params[2];
-  for (int l = 0; l < 3; ++l) n.w[l] = impl_->params[3 + 2 * l], n.b[l] = impl_->params[4 + 2 * l];
-  n.w_out = impl_->params[9], n.b_out = impl_->params[10];
+  std::map<std::string, at::Tensor> own;  // a copy: tuning must not move the caller's tensors
+  for (const auto& [name, t] : start) own[name] = t.detach().to(at::kFloat).clone();
+  impl_->net = nowcast::MetaNet::from(own);
+  impl_->params = impl_->net.all();  // handles of the net's own tensors, made the trained leaves
+  for (auto& p : impl_->params) p.set_requires_grad(true);
   impl_->opt = std::make_unique<torch::optim::AdamW>(
       impl_->params, torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
   impl_->rng.seed(options.seed);
@@ -111,16 +129,13 @@ LossTuner::LossTuner(const std::map<std::string, at::Tensor>& start, LossTuneOpt
 LossTuner::~LossTuner() = default;
 
 LossTuneStep LossTuner::score(const LossTuneRun& run, int64_t t, int64_t k, int64_t probe) const {
-  std::vector<at::Tensor> kinds;
-  for (const auto& p : run.spec.params) kinds.push_back(scalar_kinds(p));
+  check_run(run, impl_->o.recover_steps);
   LossTuneStep r;
   r.t = t, r.k = k;
-  if (impl_->o.recover_steps > 0 && !run.recover)
-    throw NowcastError("loss-aware tuning: recover_steps > 0 but the run cannot train on from a state");
   impl_->set_state(run, t);
   impl_->recover(run, t);  // no jump, the same optimizer steps: the fair comparison
   r.loss_now = impl_->loss_at_current(run, probe);
-  impl_->predict_into(run, kinds, t, k);
+  impl_->predict_into(run, kinds_of(run.spec), contexts_of(run, t), k);
   impl_->recover(run, t);
   r.loss_pred = impl_->loss_at_current(run, probe);
   impl_->set_state(run, static_cast<int64_t>(run.states.size()) - 1);
@@ -130,15 +145,9 @@ LossTuneStep LossTuner::score(const LossTuneRun& run, int64_t t, int64_t k, int6
 std::vector<LossTuneStep> LossTuner::tune(const LossTuneRun& run, const std::function<void(const LossTuneStep&)>& progress) {
   const auto T = static_cast<int64_t>(run.states.size());
   const int64_t H = impl_->net.w_out.size(0);
-  if (T < kCtx) throw NowcastError("loss-aware tuning: a run needs >= 5 recorded states, got " + std::to_string(T));
-  if (run.params.size() != run.spec.params.size() || run.states.front().size() != run.params.size())
-    throw NowcastError("loss-aware tuning: the run's spec, parameters and states disagree in count");
-  if (!run.probe_loss || run.probes < 1) throw NowcastError("loss-aware tuning: the run has no probe loss");
-  if (impl_->o.recover_steps > 0 && !run.recover)
-    throw NowcastError("loss-aware tuning: recover_steps > 0 but the run cannot train on from a state");
+  check_run(run, impl_->o.recover_steps);
   Impl& m = *impl_;
-  std::vector<at::Tensor> kinds;
-  for (const auto& p : run.spec.params) kinds.push_back(scalar_kinds(p));
+  const std::vector<at::Tensor> kinds = kinds_of(run.spec);
   std::vector<LossTuneStep> steps;
   for (int64_t s = 0; s < m.o.steps_per_run; ++s) {
     LossTuneStep r;
@@ -148,7 +157,8 @@ std::vector<LossTuneStep> LossTuner::tune(const LossTuneRun& run, const std::fun
     m.set_state(run, r.t);
     r.loss_now = m.loss_at_current(run, probe);
     // dL/dw at the predicted weights: the model's own backward, on its own parameters.
-    m.predict_into(run, kinds, r.t, r.k);
+    const std::vector<Context> contexts = contexts_of(run, r.t);  // once: the jump and the gradient
+    m.predict_into(run, kinds, contexts, r.k);
     m.recover(run, r.t);
     for (const auto& p : run.params) p.mutable_grad() = at::Tensor();
     {
@@ -161,11 +171,7 @@ std::vector<LossTuneStep> LossTuner::tune(const LossTuneRun& run, const std::fun
     const int64_t ahead = std::min(H, T - 1 - r.t);  // recorded futures t+1 .. t+ahead
     double l1_sum = 0.0;
     int64_t l1_count = 0, moving = 0;
-    std::vector<Context> contexts;
-    for (size_t i = 0; i < run.params.size(); ++i) {
-      contexts.push_back(context_of(run, i, r.t));
-      moving += contexts.back().moving();
-    }
+    for (const auto& c : contexts) moving += c.moving();
     const bool use_loss = m.o.loss_weight > 0.0 && std::isfinite(r.loss_pred) && r.loss_now > 0.0;
     for (size_t i = 0; i < run.params.size(); ++i) {
       const Context& c = contexts[i];
