@@ -1,5 +1,6 @@
 // nowcast-meta: builds a trajectory corpus from this project's own runs and meta-trains a WNN+-shaped
-// nowcaster on it (`build`, one command), or scores it on the unseen benchmark tasks (`eval`).
+// nowcaster on it (`build`, one command); scores it on the unseen benchmark tasks (`eval`); tunes it
+// through the task's loss (`tune`); measures what its jumps are worth after the optimizer's correction (`scan`).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "corpus.h"
 #include "evaluate.h"
+#include "scan.h"
 #include "tune.h"
 #include "hybrid/core/errors.h"
 #include "hybrid/core/runtime.h"
@@ -255,6 +257,105 @@ int eval(const EvalArgs& a, int threads) {
   return 0;
 }
 
+
+struct ScanArgs {
+  bool quick = false;
+  // name=path pairs: the nowcasters whose jumps are scanned
+  std::vector<std::string> models = {"wnn=" + std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors",
+                                     "own-gpt=" + std::string(HT_SOURCE_DIR) + "/models/own/own_wnn_gpt.safetensors",
+                                     "own-gpt-loss=" + std::string(HT_SOURCE_DIR) +
+                                         "/models/own/own_wnn_gpt_loss.safetensors"};
+  ht::meta::CorpusScale scale;
+  ht::meta::ScanGrid grid;
+  std::vector<int64_t> at;  // recorded states jumped from (default: the 5th and the middle of the rest)
+  int64_t probes = 16;  // the jump's and no jump's losses differ by ~1 %: more than tune's 4
+  std::string work_dir = "runs/nowcast-meta";
+  std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+};
+
+int scan(ScanArgs a) {
+  if (a.quick) {  // seconds: the test suite's preset
+    a.scale.runs = 1;
+    a.scale.gpt_size = "small";
+    a.scale.states = 7;
+    a.scale.interval_scale = 0.05;
+    a.grid.horizons = {1, 10};
+    a.grid.scales = {0.0, 1.0};
+    a.grid.recover_steps = 3;
+    a.probes = 1;
+    a.models.resize(1);
+  }
+  if (a.probes < 1 || a.grid.recover_steps < 1 || a.grid.horizons.empty() || a.grid.scales.empty())
+    throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
+  std::vector<std::unique_ptr<ht::LossTuner>> owned;
+  std::vector<ht::meta::ScanModel> models;
+  for (const auto& m : a.models) {
+    const auto eq = m.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ht::OptionsError("scan: --models takes name=weights.safetensors pairs, got \"" + m + "\"");
+    owned.push_back(std::make_unique<ht::LossTuner>(ht::read_wnn_plus(m.substr(eq + 1)), ht::LossTuneOptions{}));
+    models.push_back({m.substr(0, eq), owned.back().get()});
+  }
+  std::filesystem::create_directories(a.work_dir);
+  const auto t_all = Clock::now();
+  const std::string text = a.work_dir + "/common-licenses.txt";
+  ht::meta::write_license_text(text);
+  const auto tasks = ht::meta::corpus_tasks(a.scale);
+  const int64_t N = a.grid.recover_steps;
+  std::printf("cpu: %s\njump scan: %zu nowcasters on %zu fresh runs; the loss %ld optimizer steps after each jump "
+              "against no jump, on the same batches (mean of %ld validation batches)\n",
+              cpu_model().c_str(), models.size(), tasks.size(), static_cast<long>(N), static_cast<long>(a.probes));
+  std::vector<ht::meta::ScanCell> cells;
+  for (size_t r = 0; r < tasks.size(); ++r) {
+    const auto t0 = Clock::now();
+    std::printf("run %zu/%zu: %s\n", r + 1, tasks.size(), tasks[r].describe().c_str());
+    std::fflush(stdout);
+    ht::meta::with_recorded_run(tasks[r], a.fashion_mnist_dir, text, a.probes, [&](const ht::LossTuneRun& run) {
+      const auto T = static_cast<int64_t>(run.states.size());
+      std::vector<int64_t> at = a.at.empty() ? std::vector<int64_t>{ht::kNowcastContext - 1, (ht::kNowcastContext - 1 + T - 1) / 2} : a.at;
+      at.erase(std::unique(at.begin(), at.end()), at.end());
+      for (const int64_t t : at) {
+        if (t < ht::kNowcastContext - 1 || t >= T)
+          throw ht::OptionsError(fmt::format("scan: --at {} is not a recorded state with a context (4..{})", t, T - 1));
+        const std::string line = ht::meta::scan_state(models, a.grid, run, t, cells);
+        std::printf("  state %ld (step %ld): %s\n", static_cast<long>(t), static_cast<long>((t + 1) * tasks[r].interval),
+                    line.c_str());
+        std::fflush(stdout);
+      }
+    });
+    std::printf("  %.0f s\n", seconds_since(t0));
+  }
+  std::printf("\n| nowcaster | k | scale | loss at the jump / now | after %ld steps: jump / no jump | lead in steps | rows |\n"
+              "|---|---|---|---|---|---|---|\n",
+              static_cast<long>(N));
+  for (const auto& c : cells)
+    std::printf("| %s | %ld | %g | %.4f | %.4f | %+.0f | %ld |\n", c.model.c_str(), static_cast<long>(c.k), c.scale,
+                c.at_jump / c.rows, c.after / c.rows, c.lead_steps(N), static_cast<long>(c.rows));
+  std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n"
+              "done in %.0f s\n",
+              seconds_since(t_all));
+  return 0;
+}
+
+// tune's and scan's fresh runs: by default GPTs of the tiny GPT's scale, 12 states each.
+ht::meta::CorpusScale medium_gpt_runs(int64_t runs, uint64_t seed) {
+  ht::meta::CorpusScale s;
+  s.families = {"gpt"};
+  s.gpt_size = "medium";
+  s.runs = runs;
+  s.states = 12;
+  s.seed = seed;
+  return s;
+}
+
+void add_drawn_run_options(CLI::App* cmd, ht::meta::CorpusScale& s, const std::string& seed_default) {
+  cmd->add_option("--families", s.families, "comma list of mlp, cnn, gpt (default gpt)")->delimiter(',');
+  cmd->add_option("--gpt-size", s.gpt_size, "small or medium (default)");
+  cmd->add_option("--states", s.states, "recorded states per run (default 12)");
+  cmd->add_option("--interval-scale", s.interval_scale, "multiplies the recording intervals");
+  cmd->add_option("--corpus-seed", s.seed, "seed of the drawn runs (default " + seed_default + ")");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -289,22 +390,14 @@ int main(int argc, char** argv) {
   build_cmd->add_option("--work-dir", b.work_dir, "scratch folder (the license text)");
   build_cmd->add_option("--fashion-mnist-dir", b.fashion_mnist_dir);
   TuneArgs tu;
-  tu.scale.families = {"gpt"};
-  tu.scale.gpt_size = "medium";
-  tu.scale.runs = 8;
-  tu.scale.states = 12;
-  tu.scale.seed = 2030;
+  tu.scale = medium_gpt_runs(8, 2030);
   auto* tune_cmd = app.add_subcommand("tune", "loss-aware tuning of a nowcaster on fresh runs (the loss at its predictions)");
   tune_cmd->add_flag("--quick", tu.quick, "a few-second preset (one short run tuned, one scored) for tests");
   tune_cmd->add_option("--from", tu.from, "the weights to start from (default: own-gpt's)");
   tune_cmd->add_option("--out", tu.out, "the tuned weights file");
   tune_cmd->add_option("--runs", tu.scale.runs, "runs tuned on (default 8)");
   tune_cmd->add_option("--held", tu.held, "further runs only scored (default 2)");
-  tune_cmd->add_option("--families", tu.scale.families, "comma list of mlp, cnn, gpt (default gpt)")->delimiter(',');
-  tune_cmd->add_option("--gpt-size", tu.scale.gpt_size, "small or medium (default)");
-  tune_cmd->add_option("--states", tu.scale.states, "recorded states per run (default 12)");
-  tune_cmd->add_option("--interval-scale", tu.scale.interval_scale, "multiplies the recording intervals");
-  tune_cmd->add_option("--corpus-seed", tu.scale.seed, "seed of the drawn runs (default 2030, not build's)");
+  add_drawn_run_options(tune_cmd, tu.scale, "2030, not build's");
   tune_cmd->add_option("--probes", tu.probes, "validation batches the loss is probed on (default 4)");
   tune_cmd->add_option("--steps-per-run", tu.tune.steps_per_run, "meta steps on each run");
   tune_cmd->add_option("--lr", tu.tune.lr, "AdamW rate of the tuning (constant)");
@@ -316,6 +409,22 @@ int main(int argc, char** argv) {
   tune_cmd->add_option("--seed", tu.tune.seed, "seed of the (t, k) draws and scalar subsets");
   tune_cmd->add_option("--work-dir", tu.work_dir, "scratch folder (the license text)");
   tune_cmd->add_option("--fashion-mnist-dir", tu.fashion_mnist_dir);
+  ScanArgs sc;
+  sc.scale = medium_gpt_runs(3, 2040);
+  auto* scan_cmd = app.add_subcommand("scan", "what jumps are worth after N optimizer steps, against no jump on the same batches");
+  scan_cmd->add_flag("--quick", sc.quick, "a few-second preset (one short run, one nowcaster) for tests");
+  scan_cmd->add_option("--models", sc.models, "name=weights.safetensors, comma list (default: wnn, own-gpt, own-gpt-loss)")
+      ->delimiter(',');
+  scan_cmd->add_option("--runs", sc.scale.runs, "fresh runs (default 3)");
+  add_drawn_run_options(scan_cmd, sc.scale, "2040: neither build's nor tune's");
+  scan_cmd->add_option("--at", sc.at, "recorded states jumped from, comma list (default: 4 and the middle of 4 .. last)")
+      ->delimiter(',');
+  scan_cmd->add_option("--horizons", sc.grid.horizons, "comma list of k (default 5,20,40)")->delimiter(',');
+  scan_cmd->add_option("--scales", sc.grid.scales, "comma list of jump scales (default 0.5,1,2)")->delimiter(',');
+  scan_cmd->add_option("--recover-steps", sc.grid.recover_steps, "N: optimizer steps after the jump (default 100)");
+  scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16)");
+  scan_cmd->add_option("--work-dir", sc.work_dir, "scratch folder (the license text)");
+  scan_cmd->add_option("--fashion-mnist-dir", sc.fashion_mnist_dir);
   EvalArgs e;
   auto* eval_cmd = app.add_subcommand("eval", "score own vs released WNN+ vs no jump on FM-16 and the tiny GPT");
   eval_cmd->add_option("--own", e.own);
@@ -332,6 +441,7 @@ int main(int argc, char** argv) {
   try {
     if (*build_cmd) return build(b, command_line);
     if (*tune_cmd) return tune(tu, command_line);
+    if (*scan_cmd) return scan(sc);
     return eval(e, threads);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "nowcast-meta: %s\n", ex.what());

@@ -20,6 +20,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
   r.params = run->optimizer->parameters();
   r.probes = probes;
   std::vector<std::string> optimizer_states;  // serialised, one per recorded state
+  std::vector<DataCursor> cursors;            // the training stream where each state was recorded
   while (run->trainer->step() < task.steps()) {
     run->trainer->train_step();
     if (run->trainer->step() % task.interval == 0) {
@@ -32,6 +33,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
       std::ostringstream bytes;
       archive.save_to(bytes);
       optimizer_states.push_back(bytes.str());
+      cursors.push_back(run->session.data->cursor());
     }
   }
   Objective& objective = *run->objective;
@@ -39,8 +41,10 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
   Optimizer& optimizer = *run->optimizer;
   r.probe_loss = [&objective, &data](int64_t probe) { return objective.loss(data.val_batch(probe)); };
   // From state t the optimizer goes on as the run did there: its moments and step count, the
-  // schedule's rate at that step; the batches are the next ones of the stream (not the run's).
-  r.recover = [&, interval = task.interval](int64_t t, int64_t steps) {
+  // schedule's rate at that step, and the run's own next batches - the same ones for a jump and
+  // for no jump (common random numbers: their difference is the jump's, not the batches').
+  r.recover = [&, interval = task.interval, clip = run->trainer->options().grad_clip](int64_t t, int64_t steps) {
+    data.restore(cursors.at(static_cast<size_t>(t)));
     torch::serialize::InputArchive archive;
     std::istringstream bytes(optimizer_states.at(static_cast<size_t>(t)));
     archive.load_from(bytes);
@@ -50,6 +54,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
       optimizer.schedule_lr([&](double base) { return run->schedule.at(base, first + s); });
       optimizer.zero_grad();
       objective.loss(data.next_train_batch()).backward();
+      if (clip > 0) torch::nn::utils::clip_grad_norm_(r.params, clip);  // as the trainer clips
       optimizer.step();
     }
     optimizer.zero_grad();

@@ -230,6 +230,24 @@ TEST(NowcastMeta, LossAwareTuningLowersTheLossAtPredictionsOnAnUnseenRun) {
   EXPECT_LT(after.loss_pred, 0.5 * after.loss_now) << "tuned: " << after.loss_pred << " now " << after.loss_now;
 }
 
+// The jump scan moves a state by a multiple of the predicted change: 0 is the state itself, bit
+// for bit (so "no jump" costs nothing to compare), 2 goes twice as far as the prediction.
+TEST(NowcastMeta, ScaledJumpMovesTheStateByThatMultipleOfThePredictedChange) {
+  const auto weights = ht::read_wnn_plus(std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors");
+  const ht::LossTuner wnn(weights, {});
+  auto r = linear_run(4, 10);
+  const at::Tensor state = r->run.states[6][0];
+  wnn.predict(r->run, 6, 20, 0.0);
+  EXPECT_TRUE(torch::equal(r->w.detach(), state));
+  wnn.predict(r->run, 6, 20, 1.0);
+  const at::Tensor change = r->w.detach() - state;
+  ASSERT_GT(change.abs().max().item<double>(), 1e-4);  // the released model does move this run
+  wnn.predict(r->run, 6, 20, 2.0);
+  EXPECT_TRUE(torch::allclose(r->w.detach() - state, 2 * change, 1e-4, 1e-6));
+  EXPECT_THROW(wnn.predict(r->run, 3, 20), ht::NowcastError);  // no 5-state context before state 4
+  EXPECT_THROW(wnn.predict(r->run, 6, 41), ht::NowcastError);  // past the model's 40 horizons
+}
+
 TEST(NowcastMeta, LossAwareTuningRefusesARunTooShortForAContext) {
   ht::MetaTrainOptions o = small_options();
   o.steps = 1;

@@ -106,7 +106,9 @@ struct LossTuneRun {
   std::function<at::Tensor(int64_t probe)> probe_loss;
   int64_t probes = 1;
   // Puts the run's optimizer back in its state at state t and trains `steps` steps from the
-  // current parameters, as the optimizer continues after a jump (null: the run cannot).
+  // current parameters, as the optimizer continues after a jump (null: the run cannot). Each call
+  // from the same t trains on the same batches (the run's own after state t), so a jump and no
+  // jump are compared on common random numbers.
   std::function<void(int64_t t, int64_t steps)> recover;
 };
 
@@ -146,11 +148,17 @@ class LossTuner {
   // Probe loss ratio (prediction / state t) of the current weights at (t, k), no update.
   LossTuneStep score(const LossTuneRun& run, int64_t t, int64_t k, int64_t probe) const;
   std::map<std::string, at::Tensor> weights() const;
+  // Writes the jump from state t at horizon k into run.params: state t plus `scale` times the
+  // predicted change (1: the prediction itself; 0: no jump).
+  void predict(const LossTuneRun& run, int64_t t, int64_t k, double scale = 1.0) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Writes recorded state t into run.params.
+void write_state(const LossTuneRun& run, int64_t t);
 
 // Reads a WNN+ weights file (safetensors) into load_wnn_plus's names.
 std::map<std::string, at::Tensor> read_wnn_plus(const std::string& path);

@@ -75,9 +75,10 @@ struct LossTuner::Impl {
   std::mt19937_64 rng;
   at::Generator gen;  // the scalar subsets
 
-  // The whole prediction at horizon k for every tensor, written into run.params (no grad).
+  // The whole prediction at horizon k for every tensor, written into run.params (no grad): state t
+  // moved by `scale` times the predicted change.
   void predict_into(const LossTuneRun& run, const std::vector<at::Tensor>& kinds, const std::vector<Context>& contexts,
-                    int64_t k) const {
+                    int64_t k, double scale = 1.0) const {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < run.params.size(); ++i) {
       const Context& c = contexts[i];
@@ -87,15 +88,18 @@ struct LossTuner::Impl {
         const int64_t m = std::min(kChunk, n - a);
         const at::Tensor x = nowcast::normalised_rows(c.flat, a, m, c.scale);  // [m, 5]
         const at::Tensor pred = net.forward(x, kinds[i].narrow(0, a, m)).select(1, k - 1);  // [m]
-        out.narrow(0, a, m).copy_(pred.to(at::kDouble) * c.scale.std + c.scale.mean);
+        const at::Tensor predicted = pred.to(at::kDouble) * c.scale.std + c.scale.mean;
+        if (scale == 1.0) {
+          out.narrow(0, a, m).copy_(predicted);
+        } else {
+          const at::Tensor last = c.flat.back().narrow(0, a, m).to(at::kDouble);
+          out.narrow(0, a, m).copy_(last + (predicted - last) * scale);
+        }
       }
     }
   }
 
-  void set_state(const LossTuneRun& run, int64_t t) const {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < run.params.size(); ++i) run.params[i].detach().copy_(run.states[t][i]);
-  }
+  void set_state(const LossTuneRun& run, int64_t t) const { write_state(run, t); }
 
   void recover(const LossTuneRun& run, int64_t t) const {
     if (o.recover_steps <= 0) return;
@@ -140,6 +144,19 @@ LossTuneStep LossTuner::score(const LossTuneRun& run, int64_t t, int64_t k, int6
   r.loss_pred = impl_->loss_at_current(run, probe);
   impl_->set_state(run, static_cast<int64_t>(run.states.size()) - 1);
   return r;
+}
+
+void LossTuner::predict(const LossTuneRun& run, int64_t t, int64_t k, double scale) const {
+  check_run(run, 0);
+  if (t < kCtx - 1 || t >= static_cast<int64_t>(run.states.size()) || k < 1 || k > impl_->net.w_out.size(0))
+    throw NowcastError("LossTuner::predict: state " + std::to_string(t) + " or horizon " + std::to_string(k) +
+                       " out of range (t >= 4 within the run, 1 <= k <= the model's horizons)");
+  impl_->predict_into(run, kinds_of(run.spec), contexts_of(run, t), k, scale);
+}
+
+void write_state(const LossTuneRun& run, int64_t t) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < run.params.size(); ++i) run.params[i].detach().copy_(run.states.at(t)[i]);
 }
 
 std::vector<LossTuneStep> LossTuner::tune(const LossTuneRun& run, const std::function<void(const LossTuneStep&)>& progress) {

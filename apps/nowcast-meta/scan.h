@@ -1,0 +1,44 @@
+// nowcast-meta scan: what a jump is worth once the optimizer has corrected it - each nowcaster at
+// several horizons and scales, on fresh runs, against no jump on the same batches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hybrid/hybrid/nowcast_meta.h"
+
+namespace ht::meta {
+
+struct ScanModel {
+  std::string name;
+  const LossTuner* weights = nullptr;  // scores only: its predict()
+};
+
+struct ScanGrid {
+  std::vector<int64_t> horizons = {5, 20, 40};
+  std::vector<double> scales = {0.5, 1.0, 2.0};
+  int64_t recover_steps = 100;  // N: the optimizer's steps after the jump before the loss is read
+};
+
+// Sums over (run, state) of one (model, horizon, scale): per row, with B the probe loss after N
+// steps without a jump, J after N steps from the jump, B2 after 2N steps without one.
+struct ScanCell {
+  std::string model;
+  int64_t k = 0;
+  double scale = 1.0;
+  double at_jump = 0;    // sum of (loss right at the jump) / (loss at state t)
+  double after = 0;      // sum of J / B
+  double gained = 0;     // sum of B - J
+  double progress = 0;   // sum of B - B2: what N more steps of plain give
+  int64_t rows = 0;
+  // The jump's lead in optimizer steps, as plain's next N steps value them (linear between B and B2).
+  double lead_steps(int64_t N) const { return progress > 0 ? N * gained / progress : 0.0; }
+};
+
+// Scores every (model, k, scale) of the grid at recorded state t of `run`, adding into `cells`
+// (created on first use, in grid order). Returns one line on the baseline: loss at t, B and B2.
+std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
+                       std::vector<ScanCell>& cells);
+
+}  // namespace ht::meta
