@@ -40,12 +40,37 @@ std::string join(const std::vector<int64_t>& v, const char* sep) {
 }  // namespace
 
 std::string CorpusTask::describe() const {
-  std::string shape = family == "mlp"   ? "784-" + join(widths, "-") + "-10"
-                      : family == "cnn" ? "channels " + join(widths, "/")
-                                        : fmt::format("{} x {}, {} heads, context {}", widths[0], widths[1], widths[2], context);
+  std::string shape = family == "mlp"                            ? "784-" + join(widths, "-") + "-10"
+                      : family == "cnn" || family == "fm16"      ? "channels " + join(widths, "/")
+                                                                 : fmt::format("{} x {}, {} heads, context {}", widths[0],
+                                                                               widths[1], widths[2], context);
   return fmt::format("{} {}, batch {}, AdamW lr {:.2e} beta2 {} wd {}, {}, seed {}, {} steps, a state every {}", family,
                      shape, batch, lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
                      interval);
+}
+
+CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states) {
+  CorpusTask t;
+  t.family = name;
+  t.seed = seed;
+  t.states = states;
+  t.interval = 200;
+  if (name == "fm16") {
+    t.widths = {16, 32, 32};
+    t.batch = 128;
+    t.lr = 6e-3;
+    t.weight_decay = 0.0;
+  } else if (name == "gpt-tiny-kjv") {
+    t.widths = {4, 128, 4};
+    t.batch = 16;
+    t.context = 128;
+    t.lr = 3e-3;
+    t.beta2 = 0.95;
+    t.weight_decay = 0.1;  // the config's default, as hybrid_bench runs it
+  } else {
+    throw OptionsError("benchmark task \"" + name + "\": must be fm16 or gpt-tiny-kjv");
+  }
+  return t;
 }
 
 std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
@@ -131,8 +156,16 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
     set("schedule.kind=constant");
     set("schedule.warmup_steps=0");
   }
+  // The benchmark tasks and the GPTs use the session's model; MLP / CNN tasks build their own.
   const bool gpt = t.family == "gpt";
-  if (gpt) {
+  const bool session_model = gpt || t.family == "fm16" || t.family == "gpt-tiny-kjv";
+  if (t.family == "fm16") {
+    for (const std::string kv : {"data.dataset=fashion-mnist", "model.kind=fm16"}) set(kv);
+    set("data.fashion_mnist_dir=" + fashion_mnist_dir);
+  } else if (t.family == "gpt-tiny-kjv") {
+    for (const std::string kv : {"data.dataset=kjv", "model.kind=gpt", "model.preset=tiny"}) set(kv);
+    set("data.context=" + std::to_string(t.context));
+  } else if (gpt) {
     for (const std::string kv : {"data.dataset=text", "model.kind=gpt", "model.preset=tiny"}) set(kv);
     set("data.path=" + text_path);
     set("data.context=" + std::to_string(t.context));
@@ -147,7 +180,7 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
   }
   auto run = std::make_unique<TaskRun>();
   run->session = cli::build_session(c, true);
-  if (!gpt) {
+  if (!session_model) {
     if (t.family == "mlp") {
       MLPConfig m;
       m.hidden = t.widths;
@@ -165,15 +198,16 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
     o.weight_decay = t.weight_decay;
     run->own_optimizer = make_adamw(run->net->parameters(), o);
   }
-  run->objective = gpt ? run->session.objective.get() : run->own_objective.get();
-  run->optimizer = gpt ? run->session.optimizer.get() : run->own_optimizer.get();
+  run->objective = session_model ? run->session.objective.get() : run->own_objective.get();
+  run->optimizer = session_model ? run->session.optimizer.get() : run->own_optimizer.get();
   TrainerOptions options = cli::trainer_options(c);
   options.checkpoint.dir.clear();
   run->schedule = options.schedule;
   if (run->schedule.total_steps == 0) run->schedule.total_steps = t.steps();
   run->trainer = std::make_unique<Trainer>(*run->objective, *run->optimizer, *run->session.data, options);
   const NamedShapes shapes = named_shapes(run->objective->module());
-  run->spec = gpt ? nowcast_spec_gpt2(shapes, t.widths.at(2)) : nowcast_spec_feedforward(shapes);
+  run->spec = gpt || t.family == "gpt-tiny-kjv" ? nowcast_spec_gpt2(shapes, t.widths.at(2))
+                                                : nowcast_spec_feedforward(shapes);
   return run;
 }
 

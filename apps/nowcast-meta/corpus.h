@@ -12,7 +12,7 @@
 namespace ht::meta {
 
 struct CorpusTask {
-  std::string family;            // "mlp", "cnn", "gpt"
+  std::string family;            // "mlp", "cnn", "gpt"; for measuring only: "fm16", "gpt-tiny-kjv"
   std::vector<int64_t> widths;   // mlp: hidden widths; cnn: channels1, channels2; gpt: layers, width, heads
   int64_t batch = 128;
   int64_t context = 64;          // gpt only
@@ -26,6 +26,12 @@ struct CorpusTask {
   std::string describe() const;  // one line: family, shape, lr, schedule, seed, interval
   int64_t steps() const { return interval * states; }
 };
+
+// A benchmark task of record under NiNo's protocol (constant AdamW rate), for `scan` to measure
+// what jumps are worth there - never for a corpus: "fm16" (NiNo's FM-16: 16/32/32 CNN, batch 128,
+// 6e-3, no weight decay) or "gpt-tiny-kjv" (4 x 128 GPT on KJV, batch 16, context 128, 3e-3).
+// A state every 200 steps (the benchmarks' period of 1000). Throws OptionsError for other names.
+CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states);
 
 struct CorpusScale {
   int64_t runs = 48;          // cycles through `families`

@@ -266,6 +266,7 @@ struct ScanArgs {
                                      "own-gpt-loss=" + std::string(HT_SOURCE_DIR) +
                                          "/models/own/own_wnn_gpt_loss.safetensors"};
   ht::meta::CorpusScale scale;
+  std::string task;  // a benchmark task measured instead of drawn runs (seeds 1 .. runs)
   ht::meta::ScanGrid grid;
   std::vector<int64_t> at;  // recorded states jumped from (default: the 5th and the middle of the rest)
   int64_t probes = 16;  // the jump's and no jump's losses differ by ~1 %: more than tune's 4
@@ -300,7 +301,15 @@ int scan(ScanArgs a) {
   const auto t_all = Clock::now();
   const std::string text = a.work_dir + "/common-licenses.txt";
   ht::meta::write_license_text(text);
-  const auto tasks = ht::meta::corpus_tasks(a.scale);
+  std::vector<ht::meta::CorpusTask> tasks;
+  if (a.task.empty()) {
+    tasks = ht::meta::corpus_tasks(a.scale);
+  } else {
+    for (int64_t r = 0; r < a.scale.runs; ++r) {
+      tasks.push_back(ht::meta::benchmark_task(a.task, 1 + r, a.scale.states));
+      tasks.back().interval = std::max<int64_t>(1, std::llround(tasks.back().interval * a.scale.interval_scale));
+    }
+  }
   const int64_t N = a.grid.recover_steps;
   std::printf("cpu: %s\njump scan: %zu nowcasters on %zu fresh runs; the loss %ld optimizer steps after each jump "
               "against no jump, on the same batches (mean of %ld validation batches)\n",
@@ -329,8 +338,10 @@ int scan(ScanArgs a) {
               "|---|---|---|---|---|---|---|\n",
               static_cast<long>(N));
   for (const auto& c : cells)
-    std::printf("| %s | %ld | %g | %.4f | %.4f | %+.0f | %ld |\n", c.model.c_str(), static_cast<long>(c.k), c.scale,
-                c.at_jump / c.rows, c.after / c.rows, c.lead_steps(N), static_cast<long>(c.rows));
+    std::printf("| %s | %ld | %g | %.4f | %.4f | %s | %ld |\n", c.model.c_str(), static_cast<long>(c.k), c.scale,
+                c.at_jump / c.rows, c.after / c.rows,
+                std::isnan(c.lead_steps(N)) ? "- (plain made no progress)" : fmt::format("{:+.0f}", c.lead_steps(N)).c_str(),
+                static_cast<long>(c.rows));
   std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n"
               "done in %.0f s\n",
               seconds_since(t_all));
@@ -417,6 +428,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   scan_cmd->add_option("--runs", sc.scale.runs, "fresh runs (default 3)");
   add_drawn_run_options(scan_cmd, sc.scale, "2040: neither build's nor tune's");
+  scan_cmd->add_option("--task", sc.task,
+                       "measure a benchmark task instead of drawn runs: fm16 or gpt-tiny-kjv (NiNo's protocol, a state "
+                       "every 200 steps x --interval-scale, seeds 1 .. --runs)");
   scan_cmd->add_option("--at", sc.at, "recorded states jumped from, comma list (default: 4 and the middle of 4 .. last)")
       ->delimiter(',');
   scan_cmd->add_option("--horizons", sc.grid.horizons, "comma list of k (default 5,20,40)")->delimiter(',');

@@ -2,6 +2,7 @@
 // several horizons and scales, on fresh runs, against no jump on the same batches.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,8 +33,9 @@ struct ScanCell {
   double gained = 0;     // sum of B - J
   double progress = 0;   // sum of B - B2: what N more steps of plain give
   int64_t rows = 0;
-  // The jump's lead in optimizer steps, as plain's next N steps value them (linear between B and B2).
-  double lead_steps(int64_t N) const { return progress > 0 ? N * gained / progress : 0.0; }
+  // The jump's lead in optimizer steps, as plain's next N steps value them (linear between B and B2);
+  // NAN where plain made no progress over those steps (nothing to value the lead by).
+  double lead_steps(int64_t N) const { return progress > 0 ? N * gained / progress : NAN; }
 };
 
 // Scores every (model, k, scale) of the grid at recorded state t of `run`, adding into `cells`
