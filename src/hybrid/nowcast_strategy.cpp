@@ -106,6 +106,8 @@ void NowcastStrategyOptions::validate() const {
     fail("horizon_search", "must be 1 with verify_after > 0: the search compares horizons right after the jump");
   if (!(tolerance >= 0.0 && tolerance <= 1.0))
     fail("tolerance", cat("= ", tolerance, ": must be in [0, 1] (a share of the probe loss)"));
+  if (!(jump_scale > 0.0 && jump_scale <= 4.0))
+    fail("jump_scale", cat("= ", jump_scale, ": must be in (0, 4] (1: the prediction itself)"));
   if (!(momentum_scale >= 0.0 && momentum_scale <= 1.0))
     fail("momentum_scale", cat("= ", momentum_scale, ": must be in [0, 1]"));
   if (architecture != "feedforward" && architecture != "gpt2")
@@ -461,7 +463,15 @@ class NowcastEngine final : public NowcastStrategy {
     std::vector<std::vector<at::Tensor>> states(params_.size());
     for (size_t i = 0; i < params_.size(); ++i)
       for (int t = 0; t < kNowcastContext; ++t) states[i].push_back(states_[t][i]);
-    model().predict(states, k, in_place_ ? params_ : scratch_);
+    std::vector<at::Tensor>& predicted = in_place_ ? params_ : scratch_;  // host tensors either way
+    model().predict(states, k, predicted);
+    if (opt_.jump_scale != 1.0) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const at::Tensor& last = states_[kNowcastContext - 1][i];
+        predicted[i].sub_(last).mul_(opt_.jump_scale).add_(last);
+      }
+    }
     if (!in_place_) {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(scratch_[i]);

@@ -246,6 +246,18 @@ TEST(NowcastStrategy, WithoutVerificationAJumpIsKeptWhateverItDoes) {
   for (const auto& p : params_of(nan_run)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
 }
 
+TEST(NowcastStrategy, AScaledJumpMovesTheWeightsByThatShareOfThePrediction) {
+  toy::MlpRun run(20);
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify = false;
+  o.jump_scale = 0.25;
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 19; ++i) run.trainer->train_step();
+  const auto before = toy::clone_all(params_of(run));
+  EXPECT_EQ(run.trainer->train_step().extra.at("accepted"), 1.0);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::allclose(params_of(run)[i], before[i] + 0.75));
+}
+
 TEST(NowcastStrategy, ResumeInTheMiddleOfARecordingPeriodIsBitExact) {
   // Period 20 (a state every 4 steps); the checkpoint at step 30 holds 2 of the period's states.
   // Jumps are kept unverified, so the states restored from the checkpoint decide the weights.
@@ -709,6 +721,7 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 250, o.trend_states = 5; }),
                        "trend_states = 5: must be in [2, 4] (5 states less the 1 the window of verify_after 250 records over)"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));
   EXPECT_EQ(error_of([](auto&) {}), "no error");
   EXPECT_THROW(ht::parse_optimizer_state("zero"), ht::OptionsError);

@@ -89,6 +89,9 @@ struct NowcastStrategyOptions {
   // cap]) on the same probe and keep the lowest loss. Each costs one more
   // prediction and probe forward; the weights are predicted again when the best was not the last.
   int64_t horizon_search = 1;
+  // A jump moves the weights by this multiple of the predicted change (1: to the prediction).
+  // `nowcast-meta scan` measures what each scale is worth once the optimizer has corrected it.
+  double jump_scale = 1.0;
 
   // The optimizer's state after a kept jump: Keep (NiNo's choice), Reset (as new, so Adam's
   // bias correction starts over), or Rescale (first moment x momentum_scale, second kept).
