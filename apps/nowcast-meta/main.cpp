@@ -312,7 +312,7 @@ int scan(ScanArgs a) {
   }
   const int64_t N = a.grid.recover_steps;
   std::printf("cpu: %s\njump scan: %zu nowcasters on %zu fresh runs; the loss %ld optimizer steps after each jump "
-              "against no jump, on the same batches (mean of %ld validation batches)\n",
+              "against no jump, on the same batches (mean of up to %ld validation batches)\n",
               cpu_model().c_str(), models.size(), tasks.size(), static_cast<long>(N), static_cast<long>(a.probes));
   std::vector<ht::meta::ScanCell> cells;
   for (size_t r = 0; r < tasks.size(); ++r) {
@@ -321,6 +321,8 @@ int scan(ScanArgs a) {
     std::fflush(stdout);
     ht::meta::with_recorded_run(tasks[r], a.fashion_mnist_dir, text, a.probes, [&](const ht::LossTuneRun& run) {
       const auto T = static_cast<int64_t>(run.states.size());
+      if (run.probes < a.probes)
+        std::printf("  its validation split holds %ld batches: the loss is read on those\n", static_cast<long>(run.probes));
       std::vector<int64_t> at = a.at.empty() ? std::vector<int64_t>{ht::kNowcastContext - 1, (ht::kNowcastContext - 1 + T - 1) / 2} : a.at;
       at.erase(std::unique(at.begin(), at.end()), at.end());
       for (const int64_t t : at) {
@@ -436,7 +438,7 @@ int main(int argc, char** argv) {
   scan_cmd->add_option("--horizons", sc.grid.horizons, "comma list of k (default 5,20,40)")->delimiter(',');
   scan_cmd->add_option("--scales", sc.grid.scales, "comma list of jump scales (default 0.5,1,2)")->delimiter(',');
   scan_cmd->add_option("--recover-steps", sc.grid.recover_steps, "N: optimizer steps after the jump (default 100)");
-  scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16)");
+  scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16, or all the split holds)");
   scan_cmd->add_option("--work-dir", sc.work_dir, "scratch folder (the license text)");
   scan_cmd->add_option("--fashion-mnist-dir", sc.fashion_mnist_dir);
   EvalArgs e;

@@ -2,6 +2,7 @@
 // (a medium GPT: ~2.5 MB a state), probed on its own validation batches.
 #include "tune.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -18,7 +19,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
   LossTuneRun r;
   r.spec = run->spec;
   r.params = run->optimizer->parameters();
-  r.probes = probes;
+  r.probes = std::min(probes, run->session.data->num_val_batches());  // a small text may hold fewer
   std::vector<std::string> optimizer_states;  // serialised, one per recorded state
   std::vector<DataCursor> cursors;            // the training stream where each state was recorded
   while (run->trainer->step() < task.steps()) {

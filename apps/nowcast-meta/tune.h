@@ -13,7 +13,8 @@
 namespace ht::meta {
 
 // Trains `task` keeping every interval's full state, then calls `use` with the run (probes:
-// validation batches of the task's data). The run lives only for the call.
+// validation batches of the task's data, at most as many as its validation split holds). The run
+// lives only for the call.
 void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_dir, const std::string& text_path,
                        int64_t probes, const std::function<void(const LossTuneRun&)>& use);
 
