@@ -288,6 +288,10 @@ int scan(ScanArgs a) {
   }
   if (a.probes < 1 || a.grid.recover_steps < 1 || a.grid.horizons.empty() || a.grid.scales.empty())
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
+  for (const int64_t t : a.at)  // before any training: a run records --states states, 0 .. states - 1
+    if (t < ht::kNowcastContext - 1 || t >= a.scale.states)
+      throw ht::OptionsError(fmt::format("scan: --at {} is not a recorded state with a context (4 .. --states - 1 = {})", t,
+                                         a.scale.states - 1));
   std::vector<std::unique_ptr<ht::LossTuner>> owned;
   std::vector<ht::meta::ScanModel> models;
   for (const auto& m : a.models) {
@@ -326,8 +330,6 @@ int scan(ScanArgs a) {
       std::vector<int64_t> at = a.at.empty() ? std::vector<int64_t>{ht::kNowcastContext - 1, (ht::kNowcastContext - 1 + T - 1) / 2} : a.at;
       at.erase(std::unique(at.begin(), at.end()), at.end());
       for (const int64_t t : at) {
-        if (t < ht::kNowcastContext - 1 || t >= T)
-          throw ht::OptionsError(fmt::format("scan: --at {} is not a recorded state with a context (4..{})", t, T - 1));
         const std::string line = ht::meta::scan_state(models, a.grid, run, t, cells);
         std::printf("  state %ld (step %ld): %s\n", static_cast<long>(t), static_cast<long>((t + 1) * tasks[r].interval),
                     line.c_str());
