@@ -99,8 +99,6 @@ struct LossTuner::Impl {
     }
   }
 
-  void set_state(const LossTuneRun& run, int64_t t) const { write_state(run, t); }
-
   void recover(const LossTuneRun& run, int64_t t) const {
     if (o.recover_steps <= 0) return;
     at::AutoGradMode grad(true);
@@ -136,13 +134,13 @@ LossTuneStep LossTuner::score(const LossTuneRun& run, int64_t t, int64_t k, int6
   check_run(run, impl_->o.recover_steps);
   LossTuneStep r;
   r.t = t, r.k = k;
-  impl_->set_state(run, t);
+  write_state(run, t);
   impl_->recover(run, t);  // no jump, the same optimizer steps: the fair comparison
   r.loss_now = impl_->loss_at_current(run, probe);
   impl_->predict_into(run, kinds_of(run.spec), contexts_of(run, t), k);
   impl_->recover(run, t);
   r.loss_pred = impl_->loss_at_current(run, probe);
-  impl_->set_state(run, static_cast<int64_t>(run.states.size()) - 1);
+  write_state(run, static_cast<int64_t>(run.states.size()) - 1);
   return r;
 }
 
@@ -171,7 +169,7 @@ std::vector<LossTuneStep> LossTuner::tune(const LossTuneRun& run, const std::fun
     r.t = std::uniform_int_distribution<int64_t>(kCtx - 1, T - 1)(m.rng);
     r.k = std::uniform_int_distribution<int64_t>(1, H)(m.rng);
     const int64_t probe = std::uniform_int_distribution<int64_t>(0, run.probes - 1)(m.rng);
-    m.set_state(run, r.t);
+    write_state(run, r.t);
     r.loss_now = m.loss_at_current(run, probe);
     // dL/dw at the predicted weights: the model's own backward, on its own parameters.
     const std::vector<Context> contexts = contexts_of(run, r.t);  // once: the jump and the gradient
@@ -225,7 +223,7 @@ std::vector<LossTuneStep> LossTuner::tune(const LossTuneRun& run, const std::fun
     if (progress) progress(r);
   }
   for (const auto& p : run.params) p.mutable_grad() = at::Tensor();
-  m.set_state(run, T - 1);
+  write_state(run, T - 1);
   return steps;
 }
 
