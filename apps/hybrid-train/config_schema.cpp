@@ -152,6 +152,7 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.probe_batches", T::Int, num(N.probe_batches), {}, "training batches peeked as the verification probe", R::in(1, kMillion)},
       {"nowcast.horizon_search", T::Int, num(N.horizon_search), {}, "horizons each jump tries on the probe (k, 2k, k/2, 4k, ...); 1 = the schedule's only", R::in(1, 16)},
       {"nowcast.jump_scale", T::Float, num(N.jump_scale), {}, "a jump moves the weights by this multiple of the predicted change (1 = to the prediction)", R::in(0, 4).open_lo()},
+      {"nowcast.jump_kinds", T::String, N.jump_kinds, {}, "the parameter kinds a jump moves: all, or kinds joined by + (linear, conv, bias, norm, wte, wpe, attn); the others stay put", {}, /*non_empty=*/true},
       {"nowcast.verify_after", T::Int, num(N.verify_after), {}, "delayed verification: judge a jump after this many real steps from it, against plain's expected progress (0 = right after the jump; < 4 x period / 5)", R::in(0, kSteps).means("0 = judge right after the jump")},
       {"nowcast.redo_budget", T::Float, num(N.redo_budget), {}, "delayed verification: share of the run's steps undone windows may throw away before jumps stop (0 or 1 = no limit)", R::in(0, 1)},
       {"nowcast.redo_credit", T::Bool, N.redo_credit ? "true" : "false", {}, "delayed verification: a kept jump adds to the redo budget the steps it put the run ahead of plain (by the verdict's extrapolation)"},

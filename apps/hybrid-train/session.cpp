@@ -300,6 +300,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.trend_states = c.get_int("nowcast.trend_states");
   o.horizon_search = c.get_int("nowcast.horizon_search");
   o.jump_scale = c.get_float("nowcast.jump_scale");
+  o.jump_kinds = c.get_string("nowcast.jump_kinds");
   o.optimizer_state = parse_optimizer_state(c.get_string("nowcast.optimizer_state"));
   o.momentum_scale = c.get_float("nowcast.momentum_scale");
   try {

@@ -266,8 +266,10 @@ struct ScanArgs {
                                      "own-gpt-loss=" + std::string(HT_SOURCE_DIR) +
                                          "/models/own/own_wnn_gpt_loss.safetensors"};
   ht::meta::CorpusScale scale;
-  std::string task;  // a benchmark task measured instead of drawn runs (seeds 1 .. runs)
+  std::string task;  // a benchmark task measured instead of drawn runs (seeds first_seed ..)
+  int64_t first_seed = 1;
   ht::meta::ScanGrid grid;
+  std::vector<std::string> parts;  // JumpKinds texts (empty: all)
   std::vector<int64_t> at;  // recorded states jumped from (default: the 5th and the middle of the rest)
   int64_t probes = 16;  // the jump's and no jump's losses differ by ~1 %: more than tune's 4
   std::string work_dir = "runs/nowcast-meta";
@@ -288,6 +290,10 @@ int scan(ScanArgs a) {
   }
   if (a.probes < 1 || a.grid.recover_steps < 1 || a.grid.horizons.empty() || a.grid.scales.empty())
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
+  if (!a.parts.empty()) {
+    a.grid.parts.clear();
+    for (const auto& p : a.parts) a.grid.parts.push_back(ht::JumpKinds::parse(p));  // before any training
+  }
   for (const int64_t t : a.at)  // before any training: a run records --states states, 0 .. states - 1
     if (t < ht::kNowcastContext - 1 || t >= a.scale.states)
       throw ht::OptionsError(fmt::format("scan: --at {} is not a recorded state with a context (4 .. --states - 1 = {})", t,
@@ -310,7 +316,7 @@ int scan(ScanArgs a) {
     tasks = ht::meta::corpus_tasks(a.scale);
   } else {
     for (int64_t r = 0; r < a.scale.runs; ++r) {
-      tasks.push_back(ht::meta::benchmark_task(a.task, 1 + r, a.scale.states));
+      tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states));
       tasks.back().interval = std::max<int64_t>(1, std::llround(tasks.back().interval * a.scale.interval_scale));
     }
   }
@@ -338,11 +344,11 @@ int scan(ScanArgs a) {
     });
     std::printf("  %.0f s\n", seconds_since(t0));
   }
-  std::printf("\n| nowcaster | k | scale | loss at the jump / now | after %ld steps: jump / no jump | lead in steps | rows |\n"
-              "|---|---|---|---|---|---|---|\n",
+  std::printf("\n| nowcaster | moved | k | scale | loss at the jump / now | after %ld steps: jump / no jump | lead in steps | rows |\n"
+              "|---|---|---|---|---|---|---|---|\n",
               static_cast<long>(N));
   for (const auto& c : cells)
-    std::printf("| %s | %ld | %g | %.4f | %.4f | %s | %ld |\n", c.model.c_str(), static_cast<long>(c.k), c.scale,
+    std::printf("| %s | %s | %ld | %g | %.4f | %.4f | %s | %ld |\n", c.model.c_str(), c.part.c_str(), static_cast<long>(c.k), c.scale,
                 c.at_jump / c.rows, c.after / c.rows,
                 std::isnan(c.lead_steps(N)) ? "- (plain made no progress)" : fmt::format("{:+.0f}", c.lead_steps(N)).c_str(),
                 static_cast<long>(c.rows));
@@ -434,11 +440,16 @@ int main(int argc, char** argv) {
   add_drawn_run_options(scan_cmd, sc.scale, "2040: neither build's nor tune's");
   scan_cmd->add_option("--task", sc.task,
                        "measure a benchmark task instead of drawn runs: fm16 or gpt-tiny-kjv (NiNo's protocol, a state "
-                       "every 200 steps x --interval-scale, seeds 1 .. --runs)");
+                       "every 200 steps x --interval-scale, seeds --first-seed .. --first-seed + --runs - 1)");
+  scan_cmd->add_option("--first-seed", sc.first_seed, "with --task: the first run's seed (default 1)");
   scan_cmd->add_option("--at", sc.at, "recorded states jumped from, comma list (default: 4 and the middle of 4 .. last)")
       ->delimiter(',');
   scan_cmd->add_option("--horizons", sc.grid.horizons, "comma list of k (default 5,20,40)")->delimiter(',');
   scan_cmd->add_option("--scales", sc.grid.scales, "comma list of jump scales (default 0.5,1,2)")->delimiter(',');
+  scan_cmd->add_option("--parts", sc.parts,
+                       "comma list of the parameter kinds a jump moves: all, or kinds joined by + "
+                       "(linear, conv, bias, norm, wte, wpe, attn; default all)")
+      ->delimiter(',');
   scan_cmd->add_option("--recover-steps", sc.grid.recover_steps, "N: optimizer steps after the jump (default 100)");
   scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16, or all the split holds)");
   scan_cmd->add_option("--work-dir", sc.work_dir, "scratch folder (the license text)");

@@ -19,15 +19,17 @@ struct ScanModel {
 struct ScanGrid {
   std::vector<int64_t> horizons = {5, 20, 40};
   std::vector<double> scales = {0.5, 1.0, 2.0};
+  std::vector<JumpKinds> parts = {JumpKinds{}};  // which parameter kinds each jump moves
   int64_t recover_steps = 100;  // N: the optimizer's steps after the jump before the loss is read
 };
 
-// Sums over (run, state) of one (model, horizon, scale): per row, with B the probe loss after N
+// Sums over (run, state) of one (model, kinds moved, horizon, scale): per row, with B the probe loss after N
 // steps without a jump, J after N steps from the jump, B2 after 2N steps without one.
 struct ScanCell {
   std::string model;
   int64_t k = 0;
   double scale = 1.0;
+  std::string part = "all";  // the kinds the jump moved (JumpKinds' text)
   double at_jump = 0;    // sum of (loss right at the jump) / (loss at state t)
   double after = 0;      // sum of J / B
   double gained = 0;     // sum of B - J
@@ -38,7 +40,7 @@ struct ScanCell {
   double lead_steps(int64_t N) const { return progress > 0 ? N * gained / progress : NAN; }
 };
 
-// Scores every (model, k, scale) of the grid at recorded state t of `run`, adding into `cells`
+// Scores every (model, part, k, scale) of the grid at recorded state t of `run`, adding into `cells`
 // (created on first use, in grid order). Returns one line on the baseline: loss at t, B and B2.
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
                        std::vector<ScanCell>& cells);

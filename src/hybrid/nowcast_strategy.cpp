@@ -108,6 +108,11 @@ void NowcastStrategyOptions::validate() const {
     fail("tolerance", cat("= ", tolerance, ": must be in [0, 1] (a share of the probe loss)"));
   if (!(jump_scale > 0.0 && jump_scale <= 4.0))
     fail("jump_scale", cat("= ", jump_scale, ": must be in (0, 4] (1: the prediction itself)"));
+  try {
+    JumpKinds::parse(jump_kinds);
+  } catch (const NowcastError& e) {
+    fail("jump_kinds", cat("= \"", jump_kinds, "\": ", e.what()));
+  }
   if (!(momentum_scale >= 0.0 && momentum_scale <= 1.0))
     fail("momentum_scale", cat("= ", momentum_scale, ": must be in [0, 1]"));
   if (architecture != "feedforward" && architecture != "gpt2")
@@ -465,11 +470,14 @@ class NowcastEngine final : public NowcastStrategy {
       for (int t = 0; t < kNowcastContext; ++t) states[i].push_back(states_[t][i]);
     std::vector<at::Tensor>& predicted = in_place_ ? params_ : scratch_;  // host tensors either way
     model().predict(states, k, predicted);
-    if (opt_.jump_scale != 1.0) {
+    if (opt_.jump_scale != 1.0 || !jump_kinds_.all()) {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i) {
         const at::Tensor& last = states_[kNowcastContext - 1][i];
-        predicted[i].sub_(last).mul_(opt_.jump_scale).add_(last);
+        if (!jump_kinds_.moves(spec_.params[i].kind))
+          predicted[i].copy_(last);
+        else if (opt_.jump_scale != 1.0)
+          predicted[i].sub_(last).mul_(opt_.jump_scale).add_(last);
       }
     }
     if (!in_place_) {
@@ -737,6 +745,7 @@ class NowcastEngine final : public NowcastStrategy {
   NowcasterFactory factory_;
   bool ready_ = false;
   NowcastSpec spec_;
+  JumpKinds jump_kinds_ = JumpKinds::parse(opt_.jump_kinds);  // opt_ is declared (and validated) first
   std::unique_ptr<NowcastModel> model_;  // built at the first jump
   int64_t kept_bytes_ = 0;
   std::vector<at::Tensor> params_;

@@ -258,6 +258,24 @@ TEST(NowcastStrategy, AScaledJumpMovesTheWeightsByThatShareOfThePrediction) {
   for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::allclose(params_of(run)[i], before[i] + 0.75));
 }
 
+TEST(NowcastStrategy, AJumpOverSomeKindsLeavesTheOthersWhereTheOptimizerLeftThem) {
+  toy::MlpRun run(20);
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify = false;
+  o.jump_kinds = "bias";
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  for (int i = 0; i < 19; ++i) run.trainer->train_step();
+  const auto before = toy::clone_all(params_of(run));
+  EXPECT_EQ(run.trainer->train_step().extra.at("accepted"), 1.0);
+  int64_t moved = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const bool bias = params_of(run)[i].dim() == 1;  // the toy MLP: 2-D weights, 1-D biases
+    EXPECT_TRUE(torch::equal(params_of(run)[i], bias ? before[i] + 3.0 : before[i])) << i;
+    moved += bias;
+  }
+  EXPECT_GT(moved, 0);
+}
+
 TEST(NowcastStrategy, ResumeInTheMiddleOfARecordingPeriodIsBitExact) {
   // Period 20 (a state every 4 steps); the checkpoint at step 30 holds 2 of the period's states.
   // Jumps are kept unverified, so the states restored from the checkpoint decide the weights.
@@ -722,6 +740,8 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
                        "trend_states = 5: must be in [2, 4] (5 states less the 1 the window of verify_after 250 records over)"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_kinds = "weights"; }),
+                       "jump_kinds = \"weights\": jump kinds \"weights\": unknown kind"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));
   EXPECT_EQ(error_of([](auto&) {}), "no error");
   EXPECT_THROW(ht::parse_optimizer_state("zero"), ht::OptionsError);

@@ -308,3 +308,26 @@ TEST(NowcastErrors, Specs) {
   EXPECT_NE(error_of([&] { ht::load_nino(kNino, g.spec, tiny_eigen); }).find("use WNN+"),
             std::string::npos);
 }
+
+// Which kinds a jump moves: "all", or kinds joined by '+'; GPT-2's q/k/v thirds are one "attn".
+TEST(JumpKinds, ParsesKindsJoinedByPlus) {
+  const ht::JumpKinds all;
+  EXPECT_TRUE(all.all());
+  EXPECT_TRUE(all.moves(ht::ParamKind::kWordEmbedding));
+  EXPECT_TRUE(ht::JumpKinds::parse("all").all());
+  const auto matrices = ht::JumpKinds::parse("linear+attn+conv");
+  EXPECT_FALSE(matrices.all());
+  EXPECT_EQ(matrices.text(), "linear+attn+conv");
+  for (const auto kind : {ht::ParamKind::kLinear, ht::ParamKind::kConv, ht::ParamKind::kAttnQKV,
+                          ht::ParamKind::kAttnQuery, ht::ParamKind::kAttnValue})
+    EXPECT_TRUE(matrices.moves(kind)) << static_cast<int>(kind);
+  for (const auto kind : {ht::ParamKind::kBias, ht::ParamKind::kNorm, ht::ParamKind::kWordEmbedding,
+                          ht::ParamKind::kPositionEmbedding})
+    EXPECT_FALSE(matrices.moves(kind)) << static_cast<int>(kind);
+  const auto norms = ht::JumpKinds::parse("norm");  // kNorm is 4: not attn's bit
+  EXPECT_TRUE(norms.moves(ht::ParamKind::kNorm));
+  EXPECT_FALSE(norms.moves(ht::ParamKind::kAttnQKV));
+  EXPECT_NE(error_of([] { ht::JumpKinds::parse("linear+"); }).find("unknown kind \"\""), std::string::npos);
+  EXPECT_NE(error_of([] { ht::JumpKinds::parse("embedding"); }).find("from linear, conv, bias, norm, wte, wpe, attn"),
+            std::string::npos);
+}

@@ -56,6 +56,24 @@ struct NowcastSpec {
   std::vector<NowcastParam> params;
 };
 
+// The parameters a jump moves, by kind: names joined by '+' (linear, conv, bias, norm, wte, wpe,
+// attn = GPT-2's c_attn), or "all". The others stay where the optimizer left them: a nowcaster
+// may predict some kinds well and others badly (measured per kind by `nowcast-meta scan --parts`).
+class JumpKinds {
+ public:
+  JumpKinds() = default;  // all
+  static JumpKinds parse(const std::string& text);  // NowcastError names the kinds it knows
+  bool moves(ParamKind kind) const { return (mask_ >> kind_bit(kind)) & 1u; }
+  bool all() const { return mask_ == kAll; }
+  const std::string& text() const { return text_; }
+
+ private:
+  static int kind_bit(ParamKind kind);
+  static constexpr uint32_t kAll = ~0u;
+  uint32_t mask_ = kAll;
+  std::string text_ = "all";
+};
+
 using NamedShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
 NamedShapes named_shapes(const torch::nn::Module& module);  // named_parameters(), in order

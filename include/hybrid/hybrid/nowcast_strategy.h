@@ -92,6 +92,9 @@ struct NowcastStrategyOptions {
   // A jump moves the weights by this multiple of the predicted change (1: to the prediction).
   // `nowcast-meta scan` measures what each scale is worth once the optimizer has corrected it.
   double jump_scale = 1.0;
+  // The parameter kinds a jump moves (JumpKinds: "all", or e.g. "linear+attn"); the others stay
+  // where the optimizer left them. `nowcast-meta scan --parts` measures each kind's jump.
+  std::string jump_kinds = "all";
 
   // The optimizer's state after a kept jump: Keep (NiNo's choice), Reset (as new, so Adam's
   // bias correction starts over), or Rescale (first moment x momentum_scale, second kept).

@@ -1,5 +1,6 @@
 // Building NowcastSpecs: parameter kinds from shapes (MLP/CNN) or from GPT-2's Hugging Face names.
 // The neural graph checks the structure; here only what a single parameter can tell.
+#include <algorithm>
 #include <string>
 
 #include <torch/nn/module.h>
@@ -28,6 +29,40 @@ NamedShapes named_shapes(const torch::nn::Module& module) {
     out.emplace_back(item.key(), item.value().sizes().vec());
   }
   return out;
+}
+
+int JumpKinds::kind_bit(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::kAttnQKV:  // c_attn's thirds are one parameter: they move together
+    case ParamKind::kAttnQuery:
+    case ParamKind::kAttnKey:
+    case ParamKind::kAttnValue: return 31;
+    default: return static_cast<int>(kind);  // 0 .. 13
+  }
+}
+
+JumpKinds JumpKinds::parse(const std::string& text) {
+  static const std::pair<const char*, ParamKind> kNames[] = {
+      {"linear", ParamKind::kLinear}, {"conv", ParamKind::kConv}, {"bias", ParamKind::kBias},
+      {"norm", ParamKind::kNorm}, {"wte", ParamKind::kWordEmbedding}, {"wpe", ParamKind::kPositionEmbedding},
+      {"attn", ParamKind::kAttnQKV}};
+  JumpKinds kinds;
+  if (text == "all") return kinds;
+  kinds.mask_ = 0;
+  kinds.text_ = text;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find('+', begin), text.size());
+    const std::string name = text.substr(begin, end - begin);
+    bool known = false;
+    for (const auto& [n, kind] : kNames)
+      if (name == n) kinds.mask_ |= 1u << kind_bit(kind), known = true;
+    if (!known)
+      throw NowcastError("jump kinds \"" + text + "\": unknown kind \"" + name +
+                         "\"; write \"all\" or kinds joined by '+' from linear, conv, bias, norm, wte, wpe, attn");
+    begin = end + 1;
+  }
+  return kinds;
 }
 
 NowcastSpec nowcast_spec_feedforward(const NamedShapes& params) {
