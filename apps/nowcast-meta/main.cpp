@@ -17,6 +17,7 @@
 #include "hybrid/core/errors.h"
 #include "hybrid/core/runtime.h"
 #include "hybrid/hybrid/nowcast_meta.h"
+#include "hybrid/hybrid/nowcaster_registry.h"
 
 namespace {
 
@@ -260,11 +261,8 @@ int eval(const EvalArgs& a, int threads) {
 
 struct ScanArgs {
   bool quick = false;
-  // name=path pairs: the nowcasters whose jumps are scanned
-  std::vector<std::string> models = {"wnn=" + std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors",
-                                     "own-gpt=" + std::string(HT_SOURCE_DIR) + "/models/own/own_wnn_gpt.safetensors",
-                                     "own-gpt-loss=" + std::string(HT_SOURCE_DIR) +
-                                         "/models/own/own_wnn_gpt_loss.safetensors"};
+  // registered nowcasters whose jumps are scanned, each name or name=weights
+  std::vector<std::string> models = {"wnn", "own-gpt", "own-gpt-loss"};
   ht::meta::CorpusScale scale;
   std::string task;  // a benchmark task measured instead of drawn runs (seeds first_seed ..)
   int64_t first_seed = 1;
@@ -298,14 +296,15 @@ int scan(ScanArgs a) {
     if (t < ht::kNowcastContext - 1 || t >= a.scale.states)
       throw ht::OptionsError(fmt::format("scan: --at {} is not a recorded state with a context (4 .. --states - 1 = {})", t,
                                          a.scale.states - 1));
-  std::vector<std::unique_ptr<ht::LossTuner>> owned;
   std::vector<ht::meta::ScanModel> models;
-  for (const auto& m : a.models) {
+  for (const auto& m : a.models) {  // name or name=weights; checked here, before any training
     const auto eq = m.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw ht::OptionsError("scan: --models takes name=weights.safetensors pairs, got \"" + m + "\"");
-    owned.push_back(std::make_unique<ht::LossTuner>(ht::read_wnn_plus(m.substr(eq + 1)), ht::LossTuneOptions{}));
-    models.push_back({m.substr(0, eq), owned.back().get()});
+    const ht::NowcasterSpec& spec = ht::find_nowcaster(m.substr(0, eq));
+    const std::string weights = eq == std::string::npos ? std::string(HT_SOURCE_DIR) + "/models/" + spec.weights_file
+                                                        : m.substr(eq + 1);
+    if (!std::ifstream(weights).good())
+      throw ht::OptionsError("scan: cannot read " + spec.name + "'s weights \"" + weights + "\" (--models " + m + ")");
+    models.push_back({spec.name, weights});
   }
   std::filesystem::create_directories(a.work_dir);
   const auto t_all = Clock::now();
@@ -434,7 +433,8 @@ int main(int argc, char** argv) {
   sc.scale = medium_gpt_runs(3, 2040);
   auto* scan_cmd = app.add_subcommand("scan", "what jumps are worth after N optimizer steps, against no jump on the same batches");
   scan_cmd->add_flag("--quick", sc.quick, "a few-second preset (one short run, one nowcaster) for tests");
-  scan_cmd->add_option("--models", sc.models, "name=weights.safetensors, comma list (default: wnn, own-gpt, own-gpt-loss)")
+  scan_cmd->add_option("--models", sc.models, "registered nowcasters (wnn, nino, own, own-gpt, own-gpt-loss, wnn-tuned), each optionally "
+                       "name=weights.safetensors; comma list (default: wnn, own-gpt, own-gpt-loss)")
       ->delimiter(',');
   scan_cmd->add_option("--runs", sc.scale.runs, "fresh runs (default 3)");
   add_drawn_run_options(scan_cmd, sc.scale, "2040: neither build's nor tune's");

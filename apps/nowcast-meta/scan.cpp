@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "hybrid/hybrid/nowcaster_registry.h"
+
 namespace ht::meta {
 namespace {
 
@@ -20,14 +22,6 @@ double after_steps(const LossTuneRun& run, int64_t t, int64_t steps) {
   at::AutoGradMode grad(true);
   run.recover(t, steps);
   return mean_probe_loss(run);
-}
-
-// Puts the parameters whose kind the jump does not move back at state t.
-void keep_unmoved_at_state(const LossTuneRun& run, int64_t t, const JumpKinds& part) {
-  if (part.all()) return;
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < run.params.size(); ++i)
-    if (!part.moves(run.spec.params.at(i).kind)) run.params[i].detach().copy_(run.states.at(t)[i]);
 }
 
 }  // namespace
@@ -47,13 +41,14 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
         for (const int64_t k : grid.horizons)
           for (const double scale : grid.scales) cells.push_back(ScanCell{m.name, k, scale, part.text()});
   size_t c = 0;
-  for (const auto& m : models)
+  for (const auto& m : models) {
+    // Built on this run's parameters (NiNo: its neural graph and features, once per state).
+    const auto nowcaster = find_nowcaster(m.name).load(m.weights, run.spec, NowcastOptions{});
     for (const auto& part : grid.parts)
       for (const int64_t k : grid.horizons)
         for (const double scale : grid.scales) {
           ScanCell& cell = cells.at(c++);
-          m.weights->predict(run, t, k, scale);
-          keep_unmoved_at_state(run, t, part);
+          write_jump(run, *nowcaster, t, k, scale, part);
           const double at_jump = mean_probe_loss(run);
           const double jumped = after_steps(run, t, N);
           cell.at_jump += at_jump / now;
@@ -62,6 +57,7 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
           cell.progress += plain - plain2;
           ++cell.rows;
         }
+  }
   write_state(run, static_cast<int64_t>(run.states.size()) - 1);
   return fmt::format("loss at the state {:.4f}; without a jump after {} steps {:.4f}, after {} {:.4f}", now, N, plain,
                      2 * N, plain2);

@@ -12,8 +12,8 @@
 namespace ht::meta {
 
 struct ScanModel {
-  std::string name;
-  const LossTuner* weights = nullptr;  // scores only: its predict()
+  std::string name;     // a registered nowcaster: wnn, nino, own, own-gpt, ...
+  std::string weights;  // its weights file
 };
 
 struct ScanGrid {

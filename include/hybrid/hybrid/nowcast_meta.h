@@ -148,9 +148,6 @@ class LossTuner {
   // Probe loss ratio (prediction / state t) of the current weights at (t, k), no update.
   LossTuneStep score(const LossTuneRun& run, int64_t t, int64_t k, int64_t probe) const;
   std::map<std::string, at::Tensor> weights() const;
-  // Writes the jump from state t at horizon k into run.params: state t plus `scale` times the
-  // predicted change (1: the prediction itself; 0: no jump).
-  void predict(const LossTuneRun& run, int64_t t, int64_t k, double scale = 1.0) const;
 
  private:
   struct Impl;
@@ -159,6 +156,12 @@ class LossTuner {
 
 // Writes recorded state t into run.params.
 void write_state(const LossTuneRun& run, int64_t t);
+
+// Writes a nowcaster's jump from state t at horizon k into run.params: state t plus `scale` times
+// the predicted change (0: no jump, bit for bit), for the parameter kinds in `kinds` (the others:
+// state t). `model` is built on run.spec (any registered nowcaster: WNN+, NiNo, ours).
+void write_jump(const LossTuneRun& run, NowcastModel& model, int64_t t, int64_t k, double scale = 1.0,
+                const JumpKinds& kinds = {});
 
 // Reads a WNN+ weights file (safetensors) into load_wnn_plus's names.
 std::map<std::string, at::Tensor> read_wnn_plus(const std::string& path);

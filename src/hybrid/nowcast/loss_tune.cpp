@@ -75,10 +75,9 @@ struct LossTuner::Impl {
   std::mt19937_64 rng;
   at::Generator gen;  // the scalar subsets
 
-  // The whole prediction at horizon k for every tensor, written into run.params (no grad): state t
-  // moved by `scale` times the predicted change.
+  // The whole prediction at horizon k for every tensor, written into run.params (no grad).
   void predict_into(const LossTuneRun& run, const std::vector<at::Tensor>& kinds, const std::vector<Context>& contexts,
-                    int64_t k, double scale = 1.0) const {
+                    int64_t k) const {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < run.params.size(); ++i) {
       const Context& c = contexts[i];
@@ -88,13 +87,7 @@ struct LossTuner::Impl {
         const int64_t m = std::min(kChunk, n - a);
         const at::Tensor x = nowcast::normalised_rows(c.flat, a, m, c.scale);  // [m, 5]
         const at::Tensor pred = net.forward(x, kinds[i].narrow(0, a, m)).select(1, k - 1);  // [m]
-        const at::Tensor predicted = pred.to(at::kDouble) * c.scale.std + c.scale.mean;
-        if (scale == 1.0) {
-          out.narrow(0, a, m).copy_(predicted);
-        } else {
-          const at::Tensor last = c.flat.back().narrow(0, a, m).to(at::kDouble);
-          out.narrow(0, a, m).copy_(last + (predicted - last) * scale);
-        }
+        out.narrow(0, a, m).copy_(pred.to(at::kDouble) * c.scale.std + c.scale.mean);
       }
     }
   }
@@ -144,12 +137,27 @@ LossTuneStep LossTuner::score(const LossTuneRun& run, int64_t t, int64_t k, int6
   return r;
 }
 
-void LossTuner::predict(const LossTuneRun& run, int64_t t, int64_t k, double scale) const {
+void write_jump(const LossTuneRun& run, NowcastModel& model, int64_t t, int64_t k, double scale, const JumpKinds& kinds) {
   check_run(run, 0);
-  if (t < kCtx - 1 || t >= static_cast<int64_t>(run.states.size()) || k < 1 || k > impl_->net.w_out.size(0))
-    throw NowcastError("LossTuner::predict: state " + std::to_string(t) + " or horizon " + std::to_string(k) +
-                       " out of range (t >= 4 within the run, 1 <= k <= the model's horizons)");
-  impl_->predict_into(run, kinds_of(run.spec), contexts_of(run, t), k, scale);
+  if (t < kCtx - 1 || t >= static_cast<int64_t>(run.states.size()) || k < 1 || k > model.max_horizon())
+    throw NowcastError("write_jump: state " + std::to_string(t) + " or horizon " + std::to_string(k) +
+                       " out of range (t >= 4 within the run, 1 <= k <= the model's " +
+                       std::to_string(model.max_horizon()) + " horizons)");
+  if (model.spec().params.size() != run.params.size())
+    throw NowcastError("write_jump: the nowcaster was built for " + std::to_string(model.spec().params.size()) +
+                       " parameters, the run has " + std::to_string(run.params.size()) + ": build it on run.spec");
+  std::vector<std::vector<at::Tensor>> context(run.params.size());  // [P][5]: states t-4 .. t
+  for (size_t i = 0; i < run.params.size(); ++i)
+    for (int64_t j = t - (kCtx - 1); j <= t; ++j) context[i].push_back(run.states[j][i]);
+  const std::vector<at::Tensor> predicted = model.predict(context, k);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < run.params.size(); ++i) {
+    const at::Tensor& last = run.states[t][i];
+    if (kinds.moves(run.spec.params[i].kind))
+      run.params[i].detach().copy_(last + (predicted[i] - last) * scale);
+    else
+      run.params[i].detach().copy_(last);
+  }
 }
 
 void write_state(const LossTuneRun& run, int64_t t) {
