@@ -297,6 +297,7 @@ int main(int argc, char** argv) {
 
   ht::install_tracking_allocator();
   ht::set_threads(static_cast<int>(threads));
+  std::printf("cpu: %s, threads %lld\n", ht::cpu_model().c_str(), static_cast<long long>(threads));
   fs::create_directories(out_dir);
   std::ofstream curves(out_dir + "/hybrid_curves.csv"), summary(out_dir + "/hybrid_summary.csv");
   curves << "task,mode,seed,step,seconds,val_loss\n";

@@ -26,13 +26,6 @@ double seconds_since(Clock::time_point t0) {
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 struct Task {
   std::string name;
@@ -91,7 +84,7 @@ int main(int argc, char** argv) {
   ht::install_tracking_allocator();
   ht::set_threads(threads);
   torch::manual_seed(0);
-  std::printf("cpu: %s, threads %d\n", cpu_model().c_str(), threads);
+  std::printf("cpu: %s, threads %d\n", ht::cpu_model().c_str(), threads);
   std::vector<Task> tasks;
   for (std::string rest = which + ","; rest.find(',') != std::string::npos;) {
     const std::string t = rest.substr(0, rest.find(','));

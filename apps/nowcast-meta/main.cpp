@@ -1,6 +1,7 @@
 // nowcast-meta: builds a trajectory corpus from this project's own runs and meta-trains a WNN+-shaped
 // nowcaster on it (`build`, one command); scores it on the unseen benchmark tasks (`eval`); tunes it
 // through the task's loss (`tune`); measures what its jumps are worth after the optimizer's correction (`scan`).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -24,15 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
 struct BuildArgs {
-  bool quick = false;
   ht::meta::CorpusScale scale;
   ht::MetaTrainOptions train;
   int64_t holdout_every = 8;  // every n-th run is held out of training and scored
@@ -43,17 +36,19 @@ struct BuildArgs {
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 };
 
+// --quick: a few-second preset for the test suite (options given beside it still apply).
+void quick_build(BuildArgs& a) {
+  a.scale.runs = 3;
+  a.scale.states = 12;
+  a.scale.max_scalars = 256;
+  a.scale.interval_scale = 0.1;
+  a.train.steps = 40;
+  a.train.windows = 16;
+  a.train.scalars = 32;
+  a.holdout_every = 0;
+}
+
 int build(BuildArgs a, const std::string& command_line) {
-  if (a.quick) {  // seconds: the test suite's preset
-    a.scale.runs = 3;
-    a.scale.states = 12;
-    a.scale.max_scalars = 256;
-    a.scale.interval_scale = 0.1;
-    a.train.steps = 40;
-    a.train.windows = 16;
-    a.train.scalars = 32;
-    a.holdout_every = 0;
-  }
   std::filesystem::create_directories(a.work_dir);
   const auto t_all = Clock::now();
   std::vector<ht::Trajectory> corpus;
@@ -132,7 +127,6 @@ int build(BuildArgs a, const std::string& command_line) {
 }
 
 struct TuneArgs {
-  bool quick = false;
   std::string from = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn_gpt.safetensors";
   std::string out = std::string(HT_SOURCE_DIR) + "/models/own/own_wnn_gpt_loss.safetensors";
   ht::meta::CorpusScale scale;
@@ -143,17 +137,19 @@ struct TuneArgs {
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 };
 
+// --quick: a few-second preset for the test suite (options given beside it still apply).
+void quick_tune(TuneArgs& a) {
+  a.scale.runs = 1;
+  a.scale.gpt_size = "small";  // 1-3 x 32-64: its predictions cost milliseconds, not a second
+  a.scale.states = 7;
+  a.scale.interval_scale = 0.05;
+  a.held = 1;
+  a.probes = 1;
+  a.tune.steps_per_run = 4;
+  a.tune.grad_scalars = 256;
+}
+
 int tune(TuneArgs a, const std::string& command_line) {
-  if (a.quick) {  // seconds: the test suite's preset
-    a.scale.runs = 1;
-    a.scale.gpt_size = "small";  // 1-3 x 32-64: its predictions cost milliseconds, not a second
-    a.scale.states = 7;
-    a.scale.interval_scale = 0.05;
-    a.held = 1;
-    a.probes = 1;
-    a.tune.steps_per_run = 4;
-    a.tune.grad_scalars = 256;
-  }
   if (a.held < 0 || a.probes < 1) throw ht::OptionsError("tune: --held must be >= 0 and --probes >= 1");
   std::filesystem::create_directories(a.work_dir);
   const auto t_all = Clock::now();
@@ -167,7 +163,7 @@ int tune(TuneArgs a, const std::string& command_line) {
   const ht::LossTuner start(start_weights, a.tune);  // scores only
   std::printf("cpu: %s\ntuning %s on %ld runs, %ld meta steps each (loss weight %g, L1 weight %g, lr %g, loss read %ld "
               "optimizer steps after the prediction)\n",
-              cpu_model().c_str(), a.from.c_str(), static_cast<long>(tuned_runs), static_cast<long>(a.tune.steps_per_run),
+              ht::cpu_model().c_str(), a.from.c_str(), static_cast<long>(tuned_runs), static_cast<long>(a.tune.steps_per_run),
               a.tune.loss_weight, a.tune.l1_weight, a.tune.lr, static_cast<long>(a.tune.recover_steps));
   for (int64_t r = 0; r < tuned_runs; ++r) {
     const auto t0 = Clock::now();
@@ -227,7 +223,7 @@ struct EvalArgs {
 };
 
 int eval(const EvalArgs& a, int threads) {
-  std::string out = fmt::format("cpu: {}, threads {}\nown: {}\nreleased WNN+: {}\n", cpu_model(), threads, a.own, a.wnn);
+  std::string out = fmt::format("cpu: {}, threads {}\nown: {}\nreleased WNN+: {}\n", ht::cpu_model(), threads, a.own, a.wnn);
   std::printf("%s", out.c_str());
   for (std::string rest = a.tasks + ","; rest.find(',') != std::string::npos;) {
     const std::string name = rest.substr(0, rest.find(','));
@@ -260,7 +256,6 @@ int eval(const EvalArgs& a, int threads) {
 
 
 struct ScanArgs {
-  bool quick = false;
   // registered nowcasters whose jumps are scanned, each name or name=weights
   std::vector<std::string> models = {"wnn", "own-gpt", "own-gpt-loss"};
   ht::meta::CorpusScale scale;
@@ -274,18 +269,20 @@ struct ScanArgs {
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 };
 
+// --quick: a few-second preset for the test suite (options given beside it still apply).
+void quick_scan(ScanArgs& a) {
+  a.scale.runs = 1;
+  a.scale.gpt_size = "small";
+  a.scale.states = 7;
+  a.scale.interval_scale = 0.05;
+  a.grid.horizons = {1, 10};
+  a.grid.scales = {0.0, 1.0};
+  a.grid.recover_steps = 3;
+  a.probes = 1;
+  a.models.resize(1);
+}
+
 int scan(ScanArgs a) {
-  if (a.quick) {  // seconds: the test suite's preset
-    a.scale.runs = 1;
-    a.scale.gpt_size = "small";
-    a.scale.states = 7;
-    a.scale.interval_scale = 0.05;
-    a.grid.horizons = {1, 10};
-    a.grid.scales = {0.0, 1.0};
-    a.grid.recover_steps = 3;
-    a.probes = 1;
-    a.models.resize(1);
-  }
   if (a.probes < 1 || a.grid.recover_steps < 1 || a.grid.horizons.empty() || a.grid.scales.empty())
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
   if (!a.parts.empty()) {
@@ -322,7 +319,7 @@ int scan(ScanArgs a) {
   const int64_t N = a.grid.recover_steps;
   std::printf("cpu: %s\njump scan: %zu nowcasters on %zu fresh runs; the loss %ld optimizer steps after each jump "
               "against no jump, on the same batches (mean of up to %ld validation batches)\n",
-              cpu_model().c_str(), models.size(), tasks.size(), static_cast<long>(N), static_cast<long>(a.probes));
+              ht::cpu_model().c_str(), models.size(), tasks.size(), static_cast<long>(N), static_cast<long>(a.probes));
   std::vector<ht::meta::ScanCell> cells;
   for (size_t r = 0; r < tasks.size(); ++r) {
     const auto t0 = Clock::now();
@@ -387,7 +384,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "intra-op threads (default 1)");
   BuildArgs b;
   auto* build_cmd = app.add_subcommand("build", "record the corpus and meta-train, writing safetensors");
-  build_cmd->add_flag("--quick", b.quick, "a few-second preset (3 short runs, 40 meta steps) for tests");
+  build_cmd->add_flag("--quick", "a few-second preset (3 short runs, 40 meta steps) for tests");
   build_cmd->add_option("--runs", b.scale.runs, "corpus runs (the families in turn)");
   build_cmd->add_option("--families", b.scale.families, "comma list of mlp, cnn, gpt (default all three)")
       ->delimiter(',');
@@ -412,7 +409,7 @@ int main(int argc, char** argv) {
   TuneArgs tu;
   tu.scale = medium_gpt_runs(8, 2030);
   auto* tune_cmd = app.add_subcommand("tune", "loss-aware tuning of a nowcaster on fresh runs (the loss at its predictions)");
-  tune_cmd->add_flag("--quick", tu.quick, "a few-second preset (one short run tuned, one scored) for tests");
+  tune_cmd->add_flag("--quick", "a few-second preset (one short run tuned, one scored) for tests");
   tune_cmd->add_option("--from", tu.from, "the weights to start from (default: own-gpt's)");
   tune_cmd->add_option("--out", tu.out, "the tuned weights file");
   tune_cmd->add_option("--runs", tu.scale.runs, "runs tuned on (default 8)");
@@ -432,7 +429,7 @@ int main(int argc, char** argv) {
   ScanArgs sc;
   sc.scale = medium_gpt_runs(3, 2040);
   auto* scan_cmd = app.add_subcommand("scan", "what jumps are worth after N optimizer steps, against no jump on the same batches");
-  scan_cmd->add_flag("--quick", sc.quick, "a few-second preset (one short run, one nowcaster) for tests");
+  scan_cmd->add_flag("--quick", "a few-second preset (one short run, one nowcaster) for tests");
   scan_cmd->add_option("--models", sc.models, "registered nowcasters (wnn, nino, own, own-gpt, own-gpt-loss, wnn-tuned), each optionally "
                        "name=weights.safetensors; comma list (default: wnn, own-gpt, own-gpt-loss)")
       ->delimiter(',');
@@ -465,6 +462,12 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--gpt-states", e.gpt_states);
   eval_cmd->add_option("--log", e.log, "also write the tables here");
   eval_cmd->add_option("--fashion-mnist-dir", e.fashion_mnist_dir);
+  // The preset is applied before parsing, so that options given beside --quick override it.
+  if (std::find(argv + 1, argv + argc, std::string("--quick")) != argv + argc) {
+    quick_build(b);
+    quick_tune(tu);
+    quick_scan(sc);
+  }
   CLI11_PARSE(app, argc, argv);
   ht::set_threads(threads);
   try {

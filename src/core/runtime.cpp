@@ -3,6 +3,7 @@
 #include "hybrid/core/runtime.h"
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include <ATen/Context.h>
@@ -19,6 +20,13 @@ int set_threads(int n, bool flush_denormal) {
   at::globalContext().setFlushDenormal(flush_denormal);
   at::parallel_for(0, n, 1, [&](int64_t, int64_t) { at::globalContext().setFlushDenormal(flush_denormal); });
   return n;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
 }
 
 }  // namespace ht
