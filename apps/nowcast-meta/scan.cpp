@@ -2,6 +2,8 @@
 // against N and 2N steps without one, every run on the same batches (common random numbers).
 #include "scan.h"
 
+#include <map>
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -44,11 +46,13 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
   for (const auto& m : models) {
     // Built on this run's parameters (NiNo: its neural graph and features, once per state).
     const auto nowcaster = find_nowcaster(m.name).load(m.weights, run.spec, NowcastOptions{});
+    std::map<int64_t, std::vector<at::Tensor>> predicted;  // by k: one prediction for every part and scale
+    for (const int64_t k : grid.horizons) predicted[k] = predict_from_state(run, *nowcaster, t, k);
     for (const auto& part : grid.parts)
       for (const int64_t k : grid.horizons)
         for (const double scale : grid.scales) {
           ScanCell& cell = cells.at(c++);
-          write_jump(run, *nowcaster, t, k, scale, part);
+          write_jump(run, t, predicted.at(k), scale, part);
           const double at_jump = mean_probe_loss(run);
           const double jumped = after_steps(run, t, N);
           cell.at_jump += at_jump / now;

@@ -237,20 +237,21 @@ TEST(NowcastMeta, ScaledJumpMovesTheStateByThatMultipleOfThePredictedChange) {
   auto r = linear_run(4, 10);
   const auto wnn = ht::load_wnn_plus(std::string(HT_SOURCE_DIR) + "/models/nino/nino_mlp.safetensors", r->run.spec);
   const at::Tensor state = r->run.states[6][0];
-  ht::write_jump(r->run, *wnn, 6, 20, 0.0);
+  const auto predicted = ht::predict_from_state(r->run, *wnn, 6, 20);
+  ht::write_jump(r->run, 6, predicted, 0.0);
   EXPECT_TRUE(torch::equal(r->w.detach(), state));
-  ht::write_jump(r->run, *wnn, 6, 20, 1.0);
+  ht::write_jump(r->run, 6, predicted, 1.0);
   const at::Tensor change = r->w.detach() - state;
   ASSERT_GT(change.abs().max().item<double>(), 1e-4);  // the released model does move this run
   std::vector<std::vector<at::Tensor>> context(1);
   for (int64_t j = 2; j <= 6; ++j) context[0].push_back(r->run.states[j][0]);
   EXPECT_TRUE(torch::allclose(r->w.detach(), wnn->predict(context, 20)[0], 1e-5, 1e-6));  // the model's own prediction
-  ht::write_jump(r->run, *wnn, 6, 20, 2.0);
+  ht::write_jump(r->run, 6, predicted, 2.0);
   EXPECT_TRUE(torch::allclose(r->w.detach() - state, 2 * change, 1e-4, 1e-6));
-  ht::write_jump(r->run, *wnn, 6, 20, 1.0, ht::JumpKinds::parse("bias"));  // the run's one tensor is a weight
+  ht::write_jump(r->run, 6, predicted, 1.0, ht::JumpKinds::parse("bias"));  // the run's one tensor is a weight
   EXPECT_TRUE(torch::equal(r->w.detach(), state));
-  EXPECT_THROW(ht::write_jump(r->run, *wnn, 3, 20), ht::NowcastError);  // no 5-state context before state 4
-  EXPECT_THROW(ht::write_jump(r->run, *wnn, 6, 41), ht::NowcastError);  // past the model's 40 horizons
+  EXPECT_THROW(ht::predict_from_state(r->run, *wnn, 3, 20), ht::NowcastError);  // no 5-state context before state 4
+  EXPECT_THROW(ht::predict_from_state(r->run, *wnn, 6, 41), ht::NowcastError);  // past the model's 40 horizons
 }
 
 TEST(NowcastMeta, LossAwareTuningRefusesARunTooShortForAContext) {

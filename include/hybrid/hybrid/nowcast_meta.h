@@ -157,10 +157,14 @@ class LossTuner {
 // Writes recorded state t into run.params.
 void write_state(const LossTuneRun& run, int64_t t);
 
-// Writes a nowcaster's jump from state t at horizon k into run.params: state t plus `scale` times
-// the predicted change (0: no jump, bit for bit), for the parameter kinds in `kinds` (the others:
-// state t). `model` is built on run.spec (any registered nowcaster: WNN+, NiNo, ours).
-void write_jump(const LossTuneRun& run, NowcastModel& model, int64_t t, int64_t k, double scale = 1.0,
+// A nowcaster's prediction from recorded state t (its context: states t-4 .. t) at horizon k, one
+// tensor per parameter. `model` is built on run.spec (any registered nowcaster: WNN+, NiNo, ours).
+std::vector<at::Tensor> predict_from_state(const LossTuneRun& run, NowcastModel& model, int64_t t, int64_t k);
+
+// Writes the jump from state t to `predicted` into run.params: state t plus `scale` times the
+// predicted change (0: no jump, bit for bit), for the parameter kinds in `kinds` (the others:
+// state t). One prediction serves every scale and kind set.
+void write_jump(const LossTuneRun& run, int64_t t, const std::vector<at::Tensor>& predicted, double scale = 1.0,
                 const JumpKinds& kinds = {});
 
 // Reads a WNN+ weights file (safetensors) into load_wnn_plus's names.

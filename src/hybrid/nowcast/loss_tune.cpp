@@ -137,22 +137,29 @@ LossTuneStep LossTuner::score(const LossTuneRun& run, int64_t t, int64_t k, int6
   return r;
 }
 
-void write_jump(const LossTuneRun& run, NowcastModel& model, int64_t t, int64_t k, double scale, const JumpKinds& kinds) {
+std::vector<at::Tensor> predict_from_state(const LossTuneRun& run, NowcastModel& model, int64_t t, int64_t k) {
   check_run(run, 0);
   if (t < kCtx - 1 || t >= static_cast<int64_t>(run.states.size()) || k < 1 || k > model.max_horizon())
-    throw NowcastError("write_jump: state " + std::to_string(t) + " or horizon " + std::to_string(k) +
+    throw NowcastError("predict_from_state: state " + std::to_string(t) + " or horizon " + std::to_string(k) +
                        " out of range (t >= 4 within the run, 1 <= k <= the model's " +
                        std::to_string(model.max_horizon()) + " horizons)");
   if (model.spec().params.size() != run.params.size())
-    throw NowcastError("write_jump: the nowcaster was built for " + std::to_string(model.spec().params.size()) +
+    throw NowcastError("predict_from_state: the nowcaster was built for " + std::to_string(model.spec().params.size()) +
                        " parameters, the run has " + std::to_string(run.params.size()) + ": build it on run.spec");
   std::vector<std::vector<at::Tensor>> context(run.params.size());  // [P][5]: states t-4 .. t
   for (size_t i = 0; i < run.params.size(); ++i)
     for (int64_t j = t - (kCtx - 1); j <= t; ++j) context[i].push_back(run.states[j][i]);
-  const std::vector<at::Tensor> predicted = model.predict(context, k);
+  return model.predict(context, k);
+}
+
+void write_jump(const LossTuneRun& run, int64_t t, const std::vector<at::Tensor>& predicted, double scale,
+                const JumpKinds& kinds) {
+  if (predicted.size() != run.params.size())
+    throw NowcastError("write_jump: " + std::to_string(predicted.size()) + " predicted tensors for " +
+                       std::to_string(run.params.size()) + " parameters");
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < run.params.size(); ++i) {
-    const at::Tensor& last = run.states[t][i];
+    const at::Tensor& last = run.states.at(t)[i];
     if (kinds.moves(run.spec.params[i].kind))
       run.params[i].detach().copy_(last + (predicted[i] - last) * scale);
     else
