@@ -285,6 +285,8 @@ void quick_scan(ScanArgs& a) {
 int scan(ScanArgs a) {
   if (a.probes < 1 || a.grid.recover_steps < 1 || a.grid.horizons.empty() || a.grid.scales.empty())
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
+  if (a.grid.oracle_futures < 1 || std::any_of(a.grid.oracle_steps.begin(), a.grid.oracle_steps.end(), [](int64_t d) { return d < 1; }))
+    throw ht::OptionsError("scan: --oracle-steps must be >= 1 each and --oracle-futures >= 1");
   if (!a.parts.empty()) {
     a.grid.parts.clear();
     for (const auto& p : a.parts) a.grid.parts.push_back(ht::JumpKinds::parse(p));  // before any training
@@ -348,8 +350,9 @@ int scan(ScanArgs a) {
                 c.at_jump / c.rows, c.after / c.rows,
                 std::isnan(c.lead_steps(N)) ? "- (plain made no progress)" : fmt::format("{:+.0f}", c.lead_steps(N)).c_str(),
                 static_cast<long>(c.rows));
-  std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n"
+  std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n%s"
               "done in %.0f s\n",
+              a.grid.oracle_steps.empty() ? "" : "future / futures-mean rows: k is D, the optimizer steps plain training took to get there\n",
               seconds_since(t_all));
   return 0;
 }
@@ -448,6 +451,11 @@ int main(int argc, char** argv) {
                        "(linear, conv, bias, norm, wte, wpe, attn; default all)")
       ->delimiter(',');
   scan_cmd->add_option("--recover-steps", sc.grid.recover_steps, "N: optimizer steps after the jump (default 100)");
+  scan_cmd->add_option("--oracle-steps", sc.grid.oracle_steps,
+                       "comma list of D: also jump to where plain training gets in D steps on other batches "
+                       "(one future, and the mean of --oracle-futures): the ceiling a nowcaster is measured against")
+      ->delimiter(',');
+  scan_cmd->add_option("--oracle-futures", sc.grid.oracle_futures, "futures averaged for the oracle's mean (default 3)");
   scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16, or all the split holds)");
   scan_cmd->add_option("--work-dir", sc.work_dir, "scratch folder (the license text)");
   scan_cmd->add_option("--fashion-mnist-dir", sc.fashion_mnist_dir);

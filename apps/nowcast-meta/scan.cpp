@@ -2,6 +2,8 @@
 // against N and 2N steps without one, every run on the same batches (common random numbers).
 #include "scan.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -26,6 +28,44 @@ double after_steps(const LossTuneRun& run, int64_t t, int64_t steps) {
   return mean_probe_loss(run);
 }
 
+// The oracle's jump targets at state t: per D, one future and the mean of `futures` futures, each
+// reached by plain training from t on batches neither the run nor recover reads.
+struct OracleTargets {
+  std::map<int64_t, std::vector<at::Tensor>> one, mean;  // by D: one tensor per parameter
+};
+
+OracleTargets oracle_targets(const LossTuneRun& run, int64_t t, const std::vector<int64_t>& steps, int64_t futures) {
+  if (!run.explore) throw NowcastError("jump scan: the run cannot train on other batches (no oracle)");
+  at::AutoGradMode grad(true);
+  OracleTargets o;
+  const int64_t last = *std::max_element(steps.begin(), steps.end());
+  for (int64_t d = 1; d <= futures; ++d) {
+    run.explore(t, d, last, [&](int64_t s) {
+      if (std::find(steps.begin(), steps.end(), s) == steps.end()) return;
+      at::NoGradGuard no_grad;
+      auto& mean = o.mean[s];
+      for (size_t i = 0; i < run.params.size(); ++i) {
+        const at::Tensor w = run.params[i].detach().to(at::kFloat);
+        if (d == 1) o.one[s].push_back(w.clone()), mean.push_back(w / static_cast<double>(futures));
+        else mean[i].add_(w, 1.0 / static_cast<double>(futures));
+      }
+    });
+  }
+  return o;
+}
+
+// How a predicted change from state t lines up with another (the expected future's): the cosine
+// of the two changes over all parameters, and the ratio of their norms.
+std::string alignment(const LossTuneRun& run, int64_t t, const std::vector<at::Tensor>& a,
+                      const std::vector<at::Tensor>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const at::Tensor da = (a[i] - run.states.at(t)[i]).to(at::kDouble), db = (b[i] - run.states.at(t)[i]).to(at::kDouble);
+    ab += (da * db).sum().item<double>(), aa += (da * da).sum().item<double>(), bb += (db * db).sum().item<double>();
+  }
+  return fmt::format("cosine {:+.3f}, norm ratio {:.3f}", ab / std::sqrt(aa * bb + 1e-300), std::sqrt(aa / (bb + 1e-300)));
+}
+
 }  // namespace
 
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
@@ -37,12 +77,35 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
   const double plain = after_steps(run, t, N);
   write_state(run, t);
   const double plain2 = after_steps(run, t, 2 * N);
-  if (cells.empty())
+  std::string report = fmt::format("loss at the state {:.4f}; without a jump after {} steps {:.4f}, after {} {:.4f}", now,
+                                   N, plain, 2 * N, plain2);
+  const bool oracle = !grid.oracle_steps.empty();
+  const std::string one_name = "future", mean_name = fmt::format("futures-mean{}", grid.oracle_futures);
+  if (cells.empty()) {
     for (const auto& m : models)
       for (const auto& part : grid.parts)
         for (const int64_t k : grid.horizons)
           for (const double scale : grid.scales) cells.push_back(ScanCell{m.name, k, scale, part.text()});
-  size_t c = 0;
+    if (oracle)
+      for (const auto& name : {one_name, mean_name})
+        for (const auto& part : grid.parts)
+          for (const int64_t d : grid.oracle_steps)
+            for (const double scale : grid.scales) cells.push_back(ScanCell{name, d, scale, part.text()});
+  }
+  const OracleTargets targets = oracle ? oracle_targets(run, t, grid.oracle_steps, grid.oracle_futures) : OracleTargets{};
+  size_t c = 0;  // the next cell, in the order they were created
+  // One jump (target, scale, kinds moved) scored against no jump on the same batches.
+  const auto score = [&](const std::vector<at::Tensor>& target, double scale, const JumpKinds& part) {
+    ScanCell& cell = cells.at(c++);
+    write_jump(run, t, target, scale, part);
+    const double at_jump = mean_probe_loss(run);
+    const double jumped = after_steps(run, t, N);
+    cell.at_jump += at_jump / now;
+    cell.after += jumped / plain;
+    cell.gained += plain - jumped;
+    cell.progress += plain - plain2;
+    ++cell.rows;
+  };
   for (const auto& m : models) {
     // Built on this run's parameters (NiNo: its neural graph and features, once per state).
     const auto nowcaster = find_nowcaster(m.name).load(m.weights, run.spec, NowcastOptions{});
@@ -50,21 +113,21 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
     for (const int64_t k : grid.horizons) predicted[k] = predict_from_state(run, *nowcaster, t, k);
     for (const auto& part : grid.parts)
       for (const int64_t k : grid.horizons)
-        for (const double scale : grid.scales) {
-          ScanCell& cell = cells.at(c++);
-          write_jump(run, t, predicted.at(k), scale, part);
-          const double at_jump = mean_probe_loss(run);
-          const double jumped = after_steps(run, t, N);
-          cell.at_jump += at_jump / now;
-          cell.after += jumped / plain;
-          cell.gained += plain - jumped;
-          cell.progress += plain - plain2;
-          ++cell.rows;
-        }
+        for (const double scale : grid.scales) score(predicted.at(k), scale, part);
+    for (const int64_t k : grid.horizons)
+      for (const int64_t d : grid.oracle_steps)
+        report += fmt::format("\n    {} k = {} against the mean future at {} steps: {}", m.name, k, d,
+                              alignment(run, t, predicted.at(k), targets.mean.at(d)));
   }
+  for (const auto* set : {&targets.one, &targets.mean})
+    for (const auto& part : grid.parts)
+      for (const int64_t d : grid.oracle_steps)
+        for (const double scale : grid.scales) score(set->at(d), scale, part);
+  for (const int64_t d : grid.oracle_steps)
+    report += fmt::format("\n    one future against the mean of {} at {} steps: {}", grid.oracle_futures, d,
+                          alignment(run, t, targets.one.at(d), targets.mean.at(d)));
   write_state(run, static_cast<int64_t>(run.states.size()) - 1);
-  return fmt::format("loss at the state {:.4f}; without a jump after {} steps {:.4f}, after {} {:.4f}", now, N, plain,
-                     2 * N, plain2);
+  return report;
 }
 
 }  // namespace ht::meta

@@ -21,6 +21,12 @@ struct ScanGrid {
   std::vector<double> scales = {0.5, 1.0, 2.0};
   std::vector<JumpKinds> parts = {JumpKinds{}};  // which parameter kinds each jump moves
   int64_t recover_steps = 100;  // N: the optimizer's steps after the jump before the loss is read
+  // Oracle jumps, the ceiling a nowcaster is measured against: to where plain training from the
+  // state gets in D steps (each D here) on other batches - one such future ("future"), and the mean
+  // of `oracle_futures` of them ("futures-mean": the expected future, what a perfect nowcaster of
+  // the mean would predict). Their cells' k is D, in optimizer steps.
+  std::vector<int64_t> oracle_steps;
+  int64_t oracle_futures = 3;
 };
 
 // Sums over (run, state) of one (model, kinds moved, horizon, scale): per row, with B the probe loss after N
@@ -41,7 +47,9 @@ struct ScanCell {
 };
 
 // Scores every (model, part, k, scale) of the grid at recorded state t of `run`, adding into `cells`
-// (created on first use, in grid order). Returns one line on the baseline: loss at t, B and B2.
+// (created on first use, in grid order; the oracle's after the nowcasters'). Returns a line on the
+// baseline (loss at t, B and B2), and with oracle steps one more per nowcaster horizon and oracle
+// D: how its predicted change lines up with the expected future's (cosine, norm ratio).
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
                        std::vector<ScanCell>& cells);
 

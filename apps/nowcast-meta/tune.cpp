@@ -42,10 +42,10 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
   Optimizer& optimizer = *run->optimizer;
   r.probe_loss = [&objective, &data](int64_t probe) { return objective.loss(data.val_batch(probe)); };
   // From state t the optimizer goes on as the run did there: its moments and step count, the
-  // schedule's rate at that step, and the run's own next batches - the same ones for a jump and
-  // for no jump (common random numbers: their difference is the jump's, not the batches').
-  r.recover = [&, interval = task.interval, clip = run->trainer->options().grad_clip](int64_t t, int64_t steps) {
-    data.restore(cursors.at(static_cast<size_t>(t)));
+  // schedule's rate at that step, and the batches from `cursor` on.
+  const auto train_from = [&, interval = task.interval, clip = run->trainer->options().grad_clip](
+                              int64_t t, const DataCursor& cursor, int64_t steps, const std::function<void(int64_t)>& after) {
+    data.restore(cursor);
     torch::serialize::InputArchive archive;
     std::istringstream bytes(optimizer_states.at(static_cast<size_t>(t)));
     archive.load_from(bytes);
@@ -57,8 +57,20 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
       objective.loss(data.next_train_batch()).backward();
       if (clip > 0) torch::nn::utils::clip_grad_norm_(r.params, clip);  // as the trainer clips
       optimizer.step();
+      if (after) after(s + 1);
     }
     optimizer.zero_grad();
+  };
+  // The run's own next batches: the same ones for a jump and for no jump (common random numbers:
+  // their difference is the jump's, not the batches').
+  r.recover = [&](int64_t t, int64_t steps) { train_from(t, cursors.at(static_cast<size_t>(t)), steps, nullptr); };
+  r.explore = [&](int64_t t, int64_t draw, int64_t steps, const std::function<void(int64_t)>& after) {
+    if (draw < 1) throw NowcastError("explore: draw must be >= 1 (draw 0 would be the run's own batches)");
+    write_state(r, t);
+    DataCursor other = cursors.at(static_cast<size_t>(t));
+    other.epoch += 1000 * draw;  // no run here lasts 1000 epochs: batches neither the run nor recover reads
+    other.position = 0;
+    train_from(t, other, steps, after);
   };
   use(r);
 }

@@ -110,6 +110,11 @@ struct LossTuneRun {
   // from the same t trains on the same batches (the run's own after state t), so a jump and no
   // jump are compared on common random numbers.
   std::function<void(int64_t t, int64_t steps)> recover;
+  // As recover, from state t's own weights and optimizer state, on other batches: draw d >= 1 reads
+  // the run's data stream from an epoch far past the run's own (each draw another one), so the
+  // draws are independent futures of the same state. Calls after(s) after each step s = 1 .. steps
+  // (the caller reads run.params there). Null: the run cannot.
+  std::function<void(int64_t t, int64_t draw, int64_t steps, const std::function<void(int64_t)>& after)> explore;
 };
 
 struct LossTuneOptions {
