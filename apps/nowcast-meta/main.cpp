@@ -287,6 +287,8 @@ int scan(ScanArgs a) {
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
   if (a.grid.oracle_futures < 1 || std::any_of(a.grid.oracle_steps.begin(), a.grid.oracle_steps.end(), [](int64_t d) { return d < 1; }))
     throw ht::OptionsError("scan: --oracle-steps must be >= 1 each and --oracle-futures >= 1");
+  if ((!a.grid.oracle_blends.empty() || a.grid.trend) && a.grid.oracle_steps.empty())
+    throw ht::OptionsError("scan: --oracle-blends and --trend need --oracle-steps (the futures they are measured against)");
   if (!a.parts.empty()) {
     a.grid.parts.clear();
     for (const auto& p : a.parts) a.grid.parts.push_back(ht::JumpKinds::parse(p));  // before any training
@@ -352,7 +354,7 @@ int scan(ScanArgs a) {
                 static_cast<long>(c.rows));
   std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n%s"
               "done in %.0f s\n",
-              a.grid.oracle_steps.empty() ? "" : "future / futures-mean rows: k is D, the optimizer steps plain training took to get there\n",
+              a.grid.oracle_steps.empty() ? "" : "future / futures-mean / trend rows: k is D, the optimizer steps plain training took to get there\n",
               seconds_since(t_all));
   return 0;
 }
@@ -456,6 +458,10 @@ int main(int argc, char** argv) {
                        "(one future, and the mean of --oracle-futures): the ceiling a nowcaster is measured against")
       ->delimiter(',');
   scan_cmd->add_option("--oracle-futures", sc.grid.oracle_futures, "futures averaged for the oracle's mean (default 3)");
+  scan_cmd->add_option("--oracle-blends", sc.grid.oracle_blends,
+                       "comma list of b in (0, 1]: also jump to (1 - b) x each prediction + b x the oracle's mean")
+      ->delimiter(',');
+  scan_cmd->add_flag("--trend", sc.grid.trend, "with --oracle-steps: also the last 4 intervals' change carried on D steps");
   scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16, or all the split holds)");
   scan_cmd->add_option("--work-dir", sc.work_dir, "scratch folder (the license text)");
   scan_cmd->add_option("--fashion-mnist-dir", sc.fashion_mnist_dir);

@@ -79,53 +79,65 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
   const double plain2 = after_steps(run, t, 2 * N);
   std::string report = fmt::format("loss at the state {:.4f}; without a jump after {} steps {:.4f}, after {} {:.4f}", now,
                                    N, plain, 2 * N, plain2);
-  const bool oracle = !grid.oracle_steps.empty();
-  const std::string one_name = "future", mean_name = fmt::format("futures-mean{}", grid.oracle_futures);
-  if (cells.empty()) {
-    for (const auto& m : models)
-      for (const auto& part : grid.parts)
-        for (const int64_t k : grid.horizons)
-          for (const double scale : grid.scales) cells.push_back(ScanCell{m.name, k, scale, part.text()});
-    if (oracle)
-      for (const auto& name : {one_name, mean_name})
-        for (const auto& part : grid.parts)
-          for (const int64_t d : grid.oracle_steps)
-            for (const double scale : grid.scales) cells.push_back(ScanCell{name, d, scale, part.text()});
-  }
-  const OracleTargets targets = oracle ? oracle_targets(run, t, grid.oracle_steps, grid.oracle_futures) : OracleTargets{};
-  size_t c = 0;  // the next cell, in the order they were created
-  // One jump (target, scale, kinds moved) scored against no jump on the same batches.
-  const auto score = [&](const std::vector<at::Tensor>& target, double scale, const JumpKinds& part) {
-    ScanCell& cell = cells.at(c++);
-    write_jump(run, t, target, scale, part);
-    const double at_jump = mean_probe_loss(run);
-    const double jumped = after_steps(run, t, N);
-    cell.at_jump += at_jump / now;
-    cell.after += jumped / plain;
-    cell.gained += plain - jumped;
-    cell.progress += plain - plain2;
-    ++cell.rows;
+  const OracleTargets targets = grid.oracle_steps.empty()
+                                    ? OracleTargets{}
+                                    : oracle_targets(run, t, grid.oracle_steps, grid.oracle_futures);
+  // One jump (target, scale, kinds moved) scored against no jump on the same batches, into its cell
+  // (made on first use: cells come out in the order this function first scores them).
+  const auto score = [&](const std::string& name, int64_t k, const std::vector<at::Tensor>& target) {
+    for (const auto& part : grid.parts)
+      for (const double scale : grid.scales) {
+        auto cell = std::find_if(cells.begin(), cells.end(), [&](const ScanCell& x) {
+          return x.model == name && x.k == k && x.scale == scale && x.part == part.text();
+        });
+        if (cell == cells.end()) cell = cells.insert(cells.end(), ScanCell{name, k, scale, part.text()});
+        write_jump(run, t, target, scale, part);
+        const double at_jump = mean_probe_loss(run);
+        const double jumped = after_steps(run, t, N);
+        cell->at_jump += at_jump / now;
+        cell->after += jumped / plain;
+        cell->gained += plain - jumped;
+        cell->progress += plain - plain2;
+        ++cell->rows;
+      }
+  };
+  const auto against_mean = [&](const std::string& what, int64_t d, const std::vector<at::Tensor>& target) {
+    report += fmt::format("\n    {} against the mean future at {} steps: {}", what, d,
+                          alignment(run, t, target, targets.mean.at(d)));
   };
   for (const auto& m : models) {
     // Built on this run's parameters (NiNo: its neural graph and features, once per state).
     const auto nowcaster = find_nowcaster(m.name).load(m.weights, run.spec, NowcastOptions{});
-    std::map<int64_t, std::vector<at::Tensor>> predicted;  // by k: one prediction for every part and scale
-    for (const int64_t k : grid.horizons) predicted[k] = predict_from_state(run, *nowcaster, t, k);
-    for (const auto& part : grid.parts)
-      for (const int64_t k : grid.horizons)
-        for (const double scale : grid.scales) score(predicted.at(k), scale, part);
-    for (const int64_t k : grid.horizons)
-      for (const int64_t d : grid.oracle_steps)
-        report += fmt::format("\n    {} k = {} against the mean future at {} steps: {}", m.name, k, d,
-                              alignment(run, t, predicted.at(k), targets.mean.at(d)));
+    for (const int64_t k : grid.horizons) {
+      const std::vector<at::Tensor> predicted = predict_from_state(run, *nowcaster, t, k);  // every part and scale
+      score(m.name, k, predicted);
+      for (const int64_t d : grid.oracle_steps) {
+        against_mean(fmt::format("{} k = {}", m.name, k), d, predicted);
+        // Part way from the prediction to the expected future: how good a nowcaster has to be.
+        for (const double blend : grid.oracle_blends) {
+          std::vector<at::Tensor> mixed;
+          for (size_t i = 0; i < predicted.size(); ++i) mixed.push_back(predicted[i] * (1 - blend) + targets.mean.at(d)[i] * blend);
+          const std::string name = fmt::format("{}~{:g}mean{}", m.name, blend, d);
+          score(name, k, mixed);
+          against_mean(name + fmt::format(" k = {}", k), d, mixed);
+        }
+      }
+    }
   }
-  for (const auto* set : {&targets.one, &targets.mean})
-    for (const auto& part : grid.parts)
-      for (const int64_t d : grid.oracle_steps)
-        for (const double scale : grid.scales) score(set->at(d), scale, part);
-  for (const int64_t d : grid.oracle_steps)
-    report += fmt::format("\n    one future against the mean of {} at {} steps: {}", grid.oracle_futures, d,
-                          alignment(run, t, targets.one.at(d), targets.mean.at(d)));
+  for (const int64_t d : grid.oracle_steps) {
+    score("future", d, targets.one.at(d));
+    score(fmt::format("futures-mean{}", grid.oracle_futures), d, targets.mean.at(d));
+    against_mean("one future", d, targets.one.at(d));
+    if (grid.trend && t >= kNowcastContext - 1) {
+      // The last context's change carried on for D steps: the plainest extrapolation there is.
+      const int64_t back = kNowcastContext - 1, past = back * run.interval;
+      std::vector<at::Tensor> trend;
+      for (size_t i = 0; i < run.params.size(); ++i)
+        trend.push_back(run.states[t][i] + (run.states[t][i] - run.states[t - back][i]) * (static_cast<double>(d) / past));
+      score("trend", d, trend);
+      against_mean(fmt::format("the last {} steps' change carried on", past), d, trend);
+    }
+  }
   write_state(run, static_cast<int64_t>(run.states.size()) - 1);
   return report;
 }

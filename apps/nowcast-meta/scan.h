@@ -27,6 +27,11 @@ struct ScanGrid {
   // the mean would predict). Their cells' k is D, in optimizer steps.
   std::vector<int64_t> oracle_steps;
   int64_t oracle_futures = 3;
+  // Per nowcaster, k and D also the jumps part way to the expected future: (1 - b) x prediction +
+  // b x the mean, for each b here ("wnn~0.5mean1000"): how close a nowcaster must come to pay.
+  std::vector<double> oracle_blends;
+  // Per D also "trend": the state's change over the last 4 recording intervals carried on for D steps.
+  bool trend = false;
 };
 
 // Sums over (run, state) of one (model, kinds moved, horizon, scale): per row, with B the probe loss after N
@@ -47,9 +52,9 @@ struct ScanCell {
 };
 
 // Scores every (model, part, k, scale) of the grid at recorded state t of `run`, adding into `cells`
-// (created on first use, in grid order; the oracle's after the nowcasters'). Returns a line on the
-// baseline (loss at t, B and B2), and with oracle steps one more per nowcaster horizon and oracle
-// D: how its predicted change lines up with the expected future's (cosine, norm ratio).
+// (created on first use: the nowcasters' in grid order, then the oracle's). Returns a line on the
+// baseline (loss at t, B and B2), and with oracle steps one more per jump target and D: how its
+// change lines up with the expected future's (cosine, norm ratio).
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
                        std::vector<ScanCell>& cells);
 

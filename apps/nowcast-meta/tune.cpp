@@ -19,6 +19,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
   LossTuneRun r;
   r.spec = run->spec;
   r.params = run->optimizer->parameters();
+  r.interval = task.interval;
   r.probes = std::min(probes, run->session.data->num_val_batches());  // a small text may hold fewer
   std::vector<std::string> optimizer_states;  // serialised, one per recorded state
   std::vector<DataCursor> cursors;            // the training stream where each state was recorded

@@ -102,6 +102,7 @@ struct LossTuneRun {
   NowcastSpec spec;                // kinds of the parameters, in `params` order
   std::vector<at::Tensor> params;  // the model's live parameters: set to a prediction, then probed
   std::vector<std::vector<at::Tensor>> states;  // [T][P] full float32 states, one every interval
+  int64_t interval = 0;  // optimizer steps between two states (state t: after (t + 1) x interval)
   // The model's loss on probe batch `probe` (0 .. probes-1) at its current parameters, with grad.
   std::function<at::Tensor(int64_t probe)> probe_loss;
   int64_t probes = 1;
