@@ -289,6 +289,9 @@ int scan(ScanArgs a) {
     throw ht::OptionsError("scan: --oracle-steps must be >= 1 each and --oracle-futures >= 1");
   if ((!a.grid.oracle_blends.empty() || a.grid.trend) && a.grid.oracle_steps.empty())
     throw ht::OptionsError("scan: --oracle-blends and --trend need --oracle-steps (the futures they are measured against)");
+  for (const double b : a.grid.oracle_blends)
+    if (!(b > 0.0 && b <= 1.0))
+      throw ht::OptionsError(fmt::format("scan: --oracle-blends {} is not in (0, 1] (1: the oracle's mean itself)", b));
   if (!a.parts.empty()) {
     a.grid.parts.clear();
     for (const auto& p : a.parts) a.grid.parts.push_back(ht::JumpKinds::parse(p));  // before any training
