@@ -267,6 +267,7 @@ struct ScanArgs {
   int64_t probes = 16;  // the jump's and no jump's losses differ by ~1 %: more than tune's 4
   std::string work_dir = "runs/nowcast-meta";
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+  std::string dump_dir;  // per run and state: the recorded context and the futures (safetensors)
 };
 
 // --quick: a few-second preset for the test suite (options given beside it still apply).
@@ -287,8 +288,13 @@ int scan(ScanArgs a) {
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
   if (a.grid.oracle_futures < 1 || std::any_of(a.grid.oracle_steps.begin(), a.grid.oracle_steps.end(), [](int64_t d) { return d < 1; }))
     throw ht::OptionsError("scan: --oracle-steps must be >= 1 each and --oracle-futures >= 1");
-  if ((!a.grid.oracle_blends.empty() || a.grid.trend) && a.grid.oracle_steps.empty())
-    throw ht::OptionsError("scan: --oracle-blends and --trend need --oracle-steps (the futures they are measured against)");
+  if ((!a.grid.oracle_blends.empty() || a.grid.trend || !a.grid.lookahead.empty() || !a.dump_dir.empty()) &&
+      a.grid.oracle_steps.empty())
+    throw ht::OptionsError(
+        "scan: --oracle-blends, --trend, --lookahead and --dump-dir need --oracle-steps (the futures they are measured against)");
+  for (const int64_t s : a.grid.lookahead)
+    if (s < 1 || s >= *std::max_element(a.grid.oracle_steps.begin(), a.grid.oracle_steps.end()))
+      throw ht::OptionsError(fmt::format("scan: --lookahead {} is not in 1 .. the largest --oracle-steps - 1 (a look shorter than the jump)", s));
   for (const double b : a.grid.oracle_blends)
     if (!(b > 0.0 && b <= 1.0))
       throw ht::OptionsError(fmt::format("scan: --oracle-blends {} is not in (0, 1] (1: the oracle's mean itself)", b));
@@ -311,6 +317,7 @@ int scan(ScanArgs a) {
     models.push_back({spec.name, weights});
   }
   std::filesystem::create_directories(a.work_dir);
+  if (!a.dump_dir.empty()) std::filesystem::create_directories(a.dump_dir);
   const auto t_all = Clock::now();
   const std::string text = a.work_dir + "/common-licenses.txt";
   ht::meta::write_license_text(text);
@@ -339,7 +346,9 @@ int scan(ScanArgs a) {
       std::vector<int64_t> at = a.at.empty() ? std::vector<int64_t>{ht::kNowcastContext - 1, (ht::kNowcastContext - 1 + T - 1) / 2} : a.at;
       at.erase(std::unique(at.begin(), at.end()), at.end());
       for (const int64_t t : at) {
-        const std::string line = ht::meta::scan_state(models, a.grid, run, t, cells);
+        const std::string dump =
+            a.dump_dir.empty() ? "" : fmt::format("{}/run{}-seed{}_state{}.safetensors", a.dump_dir, r + 1, tasks[r].seed, t);
+        const std::string line = ht::meta::scan_state(models, a.grid, run, t, cells, dump);
         std::printf("  state %ld (step %ld): %s\n", static_cast<long>(t), static_cast<long>((t + 1) * tasks[r].interval),
                     line.c_str());
         std::fflush(stdout);
@@ -357,7 +366,7 @@ int scan(ScanArgs a) {
                 static_cast<long>(c.rows));
   std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n%s"
               "done in %.0f s\n",
-              a.grid.oracle_steps.empty() ? "" : "future / futures-mean / trend rows: k is D, the optimizer steps plain training took to get there\n",
+              a.grid.oracle_steps.empty() ? "" : "future / futures-mean / trend / lookahead rows: k is D, the optimizer steps plain training took to get there\n",
               seconds_since(t_all));
   return 0;
 }
@@ -465,6 +474,11 @@ int main(int argc, char** argv) {
                        "comma list of b in (0, 1]: also jump to (1 - b) x each prediction + b x the oracle's mean")
       ->delimiter(',');
   scan_cmd->add_flag("--trend", sc.grid.trend, "with --oracle-steps: also the last 4 intervals' change carried on D steps");
+  scan_cmd->add_option("--lookahead", sc.grid.lookahead,
+                       "with --oracle-steps: comma list of S; also the mean future at S steps carried on to each D > S")
+      ->delimiter(',');
+  scan_cmd->add_option("--dump-dir", sc.dump_dir,
+                       "with --oracle-steps: write each state's context and futures here (runR-seedS_stateT.safetensors)");
   scan_cmd->add_option("--probes", sc.probes, "validation batches the loss is read on (default 16, or all the split holds)");
   scan_cmd->add_option("--work-dir", sc.work_dir, "scratch folder (the license text)");
   scan_cmd->add_option("--fashion-mnist-dir", sc.fashion_mnist_dir);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "hybrid/core/safetensors.h"
 #include "hybrid/hybrid/nowcaster_registry.h"
 
 namespace ht::meta {
@@ -28,10 +29,11 @@ double after_steps(const LossTuneRun& run, int64_t t, int64_t steps) {
   return mean_probe_loss(run);
 }
 
-// The oracle's jump targets at state t: per D, one future and the mean of `futures` futures, each
-// reached by plain training from t on batches neither the run nor recover reads.
+// The oracle's jump targets at state t: per captured step S (each D and each lookahead), one future
+// and the mean of `futures` futures, each reached by plain training from t on batches neither the
+// run nor recover reads.
 struct OracleTargets {
-  std::map<int64_t, std::vector<at::Tensor>> one, mean;  // by D: one tensor per parameter
+  std::map<int64_t, std::vector<at::Tensor>> one, mean;  // by S: one tensor per parameter
 };
 
 OracleTargets oracle_targets(const LossTuneRun& run, int64_t t, const std::vector<int64_t>& steps, int64_t futures) {
@@ -69,7 +71,7 @@ std::string alignment(const LossTuneRun& run, int64_t t, const std::vector<at::T
 }  // namespace
 
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
-                       std::vector<ScanCell>& cells) {
+                       std::vector<ScanCell>& cells, const std::string& dump_path) {
   if (!run.recover) throw NowcastError("jump scan: the run cannot train on from a state");
   const int64_t N = grid.recover_steps;
   write_state(run, t);
@@ -79,9 +81,23 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
   const double plain2 = after_steps(run, t, 2 * N);
   std::string report = fmt::format("loss at the state {:.4f}; without a jump after {} steps {:.4f}, after {} {:.4f}", now,
                                    N, plain, 2 * N, plain2);
-  const OracleTargets targets = grid.oracle_steps.empty()
-                                    ? OracleTargets{}
-                                    : oracle_targets(run, t, grid.oracle_steps, grid.oracle_futures);
+  std::vector<int64_t> captured = grid.oracle_steps;
+  captured.insert(captured.end(), grid.lookahead.begin(), grid.lookahead.end());
+  const OracleTargets targets =
+      grid.oracle_steps.empty() ? OracleTargets{} : oracle_targets(run, t, captured, grid.oracle_futures);
+  if (!dump_path.empty() && !grid.oracle_steps.empty()) {
+    NamedTensors dump;
+    for (int64_t j = 0; j < kNowcastContext && j <= t; ++j)
+      for (size_t i = 0; i < run.params.size(); ++i)
+        dump.emplace_back(fmt::format("state-{}/{}", j, run.spec.params[i].name), run.states[t - j][i]);
+    for (const auto& [s, mean] : targets.mean)
+      for (size_t i = 0; i < mean.size(); ++i) dump.emplace_back(fmt::format("mean-{}/{}", s, run.spec.params[i].name), mean[i]);
+    for (const int64_t d : grid.oracle_steps)
+      for (size_t i = 0; i < run.params.size(); ++i)
+        dump.emplace_back(fmt::format("one-{}/{}", d, run.spec.params[i].name), targets.one.at(d)[i]);
+    save_safetensors(dump_path, dump, {{"interval", std::to_string(run.interval)}, {"state", std::to_string(t)},
+                                       {"futures", std::to_string(grid.oracle_futures)}});
+  }
   // One jump (target, scale, kinds moved) scored against no jump on the same batches, into its cell
   // (made on first use: cells come out in the order this function first scores them).
   const auto score = [&](const std::string& name, int64_t k, const std::vector<at::Tensor>& target) {
@@ -136,6 +152,15 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
         trend.push_back(run.states[t][i] + (run.states[t][i] - run.states[t - back][i]) * (static_cast<double>(d) / past));
       score("trend", d, trend);
       against_mean(fmt::format("the last {} steps' change carried on", past), d, trend);
+    }
+    for (const int64_t s : grid.lookahead) {
+      if (s >= d) continue;
+      std::vector<at::Tensor> carried;
+      for (size_t i = 0; i < run.params.size(); ++i)
+        carried.push_back(run.states[t][i] + (targets.mean.at(s)[i] - run.states[t][i]) * (static_cast<double>(d) / s));
+      const std::string name = fmt::format("lookahead-{}", s);
+      score(name, d, carried);
+      against_mean(fmt::format("the mean future at {} steps carried on", s), d, carried);
     }
   }
   write_state(run, static_cast<int64_t>(run.states.size()) - 1);

@@ -32,6 +32,10 @@ struct ScanGrid {
   std::vector<double> oracle_blends;
   // Per D also "trend": the state's change over the last 4 recording intervals carried on for D steps.
   bool trend = false;
+  // Per D and each S < D here also "lookahead-S": the mean of the futures at S steps carried on to
+  // D (state + (mean at S - state) x D / S): what a short real look from the state says of the far
+  // future. The futures pass through S on their way to D: no extra training.
+  std::vector<int64_t> lookahead;
 };
 
 // Sums over (run, state) of one (model, kinds moved, horizon, scale): per row, with B the probe loss after N
@@ -55,7 +59,11 @@ struct ScanCell {
 // (created on first use: the nowcasters' in grid order, then the oracle's). Returns a line on the
 // baseline (loss at t, B and B2), and with oracle steps one more per jump target and D: how its
 // change lines up with the expected future's (cosine, norm ratio).
+// dump_path (not empty, with oracle steps): also writes the state's last context of recorded
+// states ("state-j/<param>": t - j, j = 0 .. 4), the mean future at every captured step
+// ("mean-S/<param>") and one future per D ("one-D/<param>") as safetensors, for offline analysis
+// (bench/python/future_fit.py: what a per-scalar model of the history can say of the future).
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
-                       std::vector<ScanCell>& cells);
+                       std::vector<ScanCell>& cells, const std::string& dump_path = "");
 
 }  // namespace ht::meta
