@@ -292,6 +292,8 @@ int scan(ScanArgs a) {
       a.grid.oracle_steps.empty())
     throw ht::OptionsError(
         "scan: --oracle-blends, --trend, --lookahead and --dump-dir need --oracle-steps (the futures they are measured against)");
+  if (std::any_of(a.grid.averages.begin(), a.grid.averages.end(), [](int64_t h) { return h < 1; }))
+    throw ht::OptionsError("scan: --averages are half-lives in optimizer steps, each >= 1");
   for (const int64_t s : a.grid.lookahead)
     if (s < 1 || s >= *std::max_element(a.grid.oracle_steps.begin(), a.grid.oracle_steps.end()))
       throw ht::OptionsError(fmt::format("scan: --lookahead {} is not in 1 .. the largest --oracle-steps - 1 (a look shorter than the jump)", s));
@@ -353,7 +355,7 @@ int scan(ScanArgs a) {
                     line.c_str());
         std::fflush(stdout);
       }
-    });
+    }, a.grid.averages);
     std::printf("  %.0f s\n", seconds_since(t0));
   }
   std::printf("\n| nowcaster | moved | k | scale | loss at the jump / now | after %ld steps: jump / no jump | lead in steps | rows |\n"
@@ -364,8 +366,8 @@ int scan(ScanArgs a) {
                 c.at_jump / c.rows, c.after / c.rows,
                 std::isnan(c.lead_steps(N)) ? "- (plain made no progress)" : fmt::format("{:+.0f}", c.lead_steps(N)).c_str(),
                 static_cast<long>(c.rows));
-  std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n%s"
-              "done in %.0f s\n",
+  std::printf("lead in steps: N x (sum of no-jump minus jump loss) / (sum of what N more plain steps gain)\n%s%s"
+              "done in %.0f s\n", a.grid.averages.empty() ? "" : "average rows: k is the half-life in steps\n",
               a.grid.oracle_steps.empty() ? "" : "future / futures-mean / trend / lookahead rows: k is D, the optimizer steps plain training took to get there\n",
               seconds_since(t_all));
   return 0;
@@ -476,6 +478,9 @@ int main(int argc, char** argv) {
   scan_cmd->add_flag("--trend", sc.grid.trend, "with --oracle-steps: also the last 4 intervals' change carried on D steps");
   scan_cmd->add_option("--lookahead", sc.grid.lookahead,
                        "with --oracle-steps: comma list of S; also the mean future at S steps carried on to each D > S")
+      ->delimiter(',');
+  scan_cmd->add_option("--averages", sc.grid.averages,
+                       "comma list of half-lives h (steps): also a jump to the run's moving average of the weights")
       ->delimiter(',');
   scan_cmd->add_option("--dump-dir", sc.dump_dir,
                        "with --oracle-steps: write each state's context and futures here (runR-seedS_stateT.safetensors)");

@@ -81,6 +81,17 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
   const double plain2 = after_steps(run, t, 2 * N);
   std::string report = fmt::format("loss at the state {:.4f}; without a jump after {} steps {:.4f}, after {} {:.4f}", now,
                                    N, plain, 2 * N, plain2);
+  if (t + 1 < static_cast<int64_t>(run.states.size())) {
+    // The instrument's own check: from state t the optimizer must retrace the run to state t + 1
+    // (its moments, step count, rate and batches restored), or every row below measures a restart.
+    write_state(run, t);
+    at::AutoGradMode grad(true);
+    run.recover(t, run.interval);
+    double worst = 0;
+    for (size_t i = 0; i < run.params.size(); ++i)
+      worst = std::max(worst, (run.params[i].detach().to(at::kFloat) - run.states[t + 1][i]).abs().max().item<double>());
+    report += fmt::format("; retraced to the next state within {:.1e}", worst);
+  }
   std::vector<int64_t> captured = grid.oracle_steps;
   captured.insert(captured.end(), grid.lookahead.begin(), grid.lookahead.end());
   const OracleTargets targets =
@@ -95,6 +106,9 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
     for (const int64_t d : grid.oracle_steps)
       for (size_t i = 0; i < run.params.size(); ++i)
         dump.emplace_back(fmt::format("one-{}/{}", d, run.spec.params[i].name), targets.one.at(d)[i]);
+    for (const auto& [h, averages] : run.averages)
+      for (size_t i = 0; i < run.params.size(); ++i)
+        dump.emplace_back(fmt::format("average-{}/{}", h, run.spec.params[i].name), averages.at(t)[i]);
     save_safetensors(dump_path, dump, {{"interval", std::to_string(run.interval)}, {"state", std::to_string(t)},
                                        {"futures", std::to_string(grid.oracle_futures)}});
   }
@@ -139,6 +153,12 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
         }
       }
     }
+  }
+  for (const int64_t h : grid.averages) {
+    const auto& average = run.averages.at(h).at(t);
+    score(fmt::format("average-{}", h), h, average);
+    for (const int64_t d : grid.oracle_steps)
+      against_mean(fmt::format("the moving average of half-life {} steps", h), d, average);
   }
   for (const int64_t d : grid.oracle_steps) {
     score("future", d, targets.one.at(d));

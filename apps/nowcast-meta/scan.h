@@ -36,6 +36,10 @@ struct ScanGrid {
   // D (state + (mean at S - state) x D / S): what a short real look from the state says of the far
   // future. The futures pass through S on their way to D: no extra training.
   std::vector<int64_t> lookahead;
+  // Per half-life h here also "average-h": a jump to the moving average of the run's weights over
+  // every step before the state (h in optimizer steps; the run keeps it as it trains): the noise of
+  // the last steps averaged out, as weight averaging does. Its cells' k is h.
+  std::vector<int64_t> averages;
 };
 
 // Sums over (run, state) of one (model, kinds moved, horizon, scale): per row, with B the probe loss after N

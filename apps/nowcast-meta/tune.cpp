@@ -14,7 +14,8 @@
 namespace ht::meta {
 
 void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_dir, const std::string& text_path,
-                       int64_t probes, const std::function<void(const LossTuneRun&)>& use) {
+                       int64_t probes, const std::function<void(const LossTuneRun&)>& use,
+                       const std::vector<int64_t>& average_half_lives) {
   const auto run = open_task(task, fashion_mnist_dir, text_path, probes);
   LossTuneRun r;
   r.spec = run->spec;
@@ -23,13 +24,27 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
   r.probes = std::min(probes, run->session.data->num_val_batches());  // a small text may hold fewer
   std::vector<std::string> optimizer_states;  // serialised, one per recorded state
   std::vector<DataCursor> cursors;            // the training stream where each state was recorded
+  std::map<int64_t, std::vector<at::Tensor>> average;  // by half-life: the running averages [P]
+  for (const int64_t h : average_half_lives) {
+    at::NoGradGuard no_grad;
+    for (const auto& p : r.params) average[h].push_back(p.detach().to(at::kFloat).clone());
+  }
   while (run->trainer->step() < task.steps()) {
     run->trainer->train_step();
+    at::NoGradGuard no_grad;
+    for (auto& [h, avg] : average) {
+      const double keep = std::pow(0.5, 1.0 / static_cast<double>(h));
+      for (size_t i = 0; i < avg.size(); ++i) avg[i].mul_(keep).add_(r.params[i].detach().to(at::kFloat), 1 - keep);
+    }
     if (run->trainer->step() % task.interval == 0) {
-      at::NoGradGuard no_grad;
       std::vector<at::Tensor> state;
       for (const auto& p : r.params) state.push_back(p.detach().to(at::kFloat).clone());
       r.states.push_back(std::move(state));
+      for (const auto& [h, avg] : average) {
+        std::vector<at::Tensor> copy;
+        for (const auto& a : avg) copy.push_back(a.clone());
+        r.averages[h].push_back(std::move(copy));
+      }
       torch::serialize::OutputArchive archive;
       run->optimizer->save(archive);
       std::ostringstream bytes;

@@ -14,9 +14,10 @@ namespace ht::meta {
 
 // Trains `task` keeping every interval's full state, then calls `use` with the run (probes:
 // validation batches of the task's data, at most as many as its validation split holds). The run
-// lives only for the call.
+// lives only for the call. average_half_lives: the weights' moving averages kept beside the states.
 void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_dir, const std::string& text_path,
-                       int64_t probes, const std::function<void(const LossTuneRun&)>& use);
+                       int64_t probes, const std::function<void(const LossTuneRun&)>& use,
+                       const std::vector<int64_t>& average_half_lives = {});
 
 struct HeldOutScore {
   double ratio_start = 0, ratio_tuned = 0;  // mean probe-loss ratio (prediction / now) over the grid

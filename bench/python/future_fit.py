@@ -8,10 +8,12 @@
 #
 # A dump holds, per parameter, the recorded states t - j ("state-j/<name>", j = 0 .. 4, one
 # interval apart), the mean of the futures plain training reached from state t at S steps
-# ("mean-S/<name>") and one future at each jump length D ("one-D/<name>"). Per tensor everything is
+# ("mean-S/<name>"), one future at each jump length D ("one-D/<name>") and, with `scan --averages`,
+# the run's moving averages of the weights at t ("average-h/<name>"). Per tensor everything is
 # measured in units of s = rms(w_t - w_{t-4}) (as WNN+ normalises per tensor), so the models see
 # the same numbers for a big and a small tensor. Features per scalar: h_j = (w_{t-j} - w_t) / s,
-# j = 1 .. 4, and with a look ahead l_S = (mean-S - w_t) / s. Target: (mean-D - w_t) / s.
+# j = 1 .. 4, with a look ahead l_S = (mean-S - w_t) / s, with the averages a_h = (average-h - w_t) / s.
+# Target: (mean-D - w_t) / s.
 # Each model is fitted on the other dumps (leave one out; weighted by s^2, so that the fit's loss
 # is the raw units' squared error the cosine is taken in) and on the dump itself (in sample: how
 # much the features hold at all), and scored by the cosine between predicted and real change.
@@ -37,6 +39,7 @@ class Dump:
         self.path, self.interval = path, int(meta["interval"])
         names = sorted({k.split("/", 1)[1] for k in tensors if k.startswith("state-0/")})
         steps = sorted({int(k.split("/")[0][len("mean-"):]) for k in tensors if k.startswith("mean-")})
+        self.halves = sorted({int(k.split("/")[0][len("average-"):]) for k in tensors if k.startswith("average-")})
         if not names or not steps:
             raise SystemExit(f"{path}: not a scan dump (no state-0/... or mean-S/... tensors)")
         self.target = target if target else max(steps)
@@ -44,6 +47,7 @@ class Dump:
             raise SystemExit(f"{path}: no mean future at {self.target} steps (it has {steps})")
         self.looks = [s for s in steps if s < self.target]
         hist, looks, y, scale, group = [], {s: [] for s in self.looks}, [], [], []
+        avgs = {h: [] for h in self.halves}
         groups = {}
         for name in names:
             w = [tensors[f"state-{j}/{name}"].double().flatten() for j in range(CONTEXT)]
@@ -53,17 +57,25 @@ class Dump:
             hist.append(torch.stack([(w[j] - w[0]) / s for j in range(1, CONTEXT)], dim=1))
             for la in self.looks:
                 looks[la].append((tensors[f"mean-{la}/{name}"].double().flatten() - w[0]) / s)
+            for h in self.halves:
+                avgs[h].append((tensors[f"average-{h}/{name}"].double().flatten() - w[0]) / s)
             y.append((tensors[f"mean-{self.target}/{name}"].double().flatten() - w[0]) / s)
             scale.append(torch.full_like(w[0], s))
             key = re.sub(r"\.\d+\.", ".", name)  # the tensor's role, without its layer index
             group.append(torch.full(w[0].shape, groups.setdefault(key, len(groups)), dtype=torch.int64))
         self.hist, self.y, self.scale = torch.cat(hist), torch.cat(y), torch.cat(scale)
         self.looks_t = {s: torch.cat(v) for s, v in looks.items()}
+        self.avgs_t = {h: torch.cat(v) for h, v in avgs.items()}
         self.group_names = list(groups)
         self.group = torch.cat(group)
 
     def features(self, look):
-        return self.hist if look is None else torch.cat([self.hist, self.looks_t[look][:, None]], dim=1)
+        # look: None (the history alone), S (and the look at S) or "averages" (and every average)
+        if look is None:
+            return self.hist
+        if look == "averages":
+            return torch.cat([self.hist] + [self.avgs_t[h][:, None] for h in self.halves], dim=1)
+        return torch.cat([self.hist, self.looks_t[look][:, None]], dim=1)
 
 
 def cosine(pred, dump):
@@ -109,8 +121,11 @@ def report(dumps):
              -d.hist[:, CONTEXT - 2] * D / ((CONTEXT - 1) * d.interval), False)]
     for s in looks:
         rows.append((f"the mean future at {s} steps carried on", lambda train, d, s=s: d.looks_t[s] * D / s, False))
-    for look in [None] + looks:
-        what = "history" if look is None else f"history + look at {look}"
+    halves = sorted(set.intersection(*[set(d.halves) for d in dumps]))
+    for h in halves:
+        rows.append((f"the moving average of half-life {h}", lambda train, d, h=h: d.avgs_t[h], False))
+    for look in [None] + looks + (["averages"] if halves else []):
+        what = "history" if look is None else "history + averages" if look == "averages" else f"history + look at {look}"
         rows.append((f"linear, {what}", lambda train, d, look=look: fit_linear(train, look)(d), True))
         rows.append((f"MLP 64x64, {what}", lambda train, d, look=look: fit_mlp(train, look)(d), True))
     names = [os.path.basename(d.path).replace(".safetensors", "") for d in dumps]

@@ -103,6 +103,9 @@ struct LossTuneRun {
   std::vector<at::Tensor> params;  // the model's live parameters: set to a prediction, then probed
   std::vector<std::vector<at::Tensor>> states;  // [T][P] full float32 states, one every interval
   int64_t interval = 0;  // optimizer steps between two states (state t: after (t + 1) x interval)
+  // By half-life h (in optimizer steps): [T][P] the exponential moving average of the weights over
+  // every step of the run, at each recorded state (decay 0.5^(1/h) a step, from the initial weights).
+  std::map<int64_t, std::vector<std::vector<at::Tensor>>> averages;
   // The model's loss on probe batch `probe` (0 .. probes-1) at its current parameters, with grad.
   std::function<at::Tensor(int64_t probe)> probe_loss;
   int64_t probes = 1;
