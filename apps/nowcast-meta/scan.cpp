@@ -164,6 +164,10 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
     score("future", d, targets.one.at(d));
     score(fmt::format("futures-mean{}", grid.oracle_futures), d, targets.mean.at(d));
     against_mean("one future", d, targets.one.at(d));
+    // The run's own continuation, on its own batches: were the futures on other batches unlike it
+    // (their stream, not the state, setting their direction), this would line up with them worse.
+    if (t + 1 < static_cast<int64_t>(run.states.size()))
+      against_mean(fmt::format("the run's own next {} steps", run.interval), d, run.states[t + 1]);
     if (grid.trend && t >= kNowcastContext - 1) {
       // The last context's change carried on for D steps: the plainest extrapolation there is.
       const int64_t back = kNowcastContext - 1, past = back * run.interval;

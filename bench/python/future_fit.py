@@ -12,7 +12,8 @@
 # the run's moving averages of the weights at t ("average-h/<name>"). Per tensor everything is
 # measured in units of s = rms(w_t - w_{t-4}) (as WNN+ normalises per tensor), so the models see
 # the same numbers for a big and a small tensor. Features per scalar: h_j = (w_{t-j} - w_t) / s,
-# j = 1 .. 4, with a look ahead l_S = (mean-S - w_t) / s, with the averages a_h = (average-h - w_t) / s.
+# j = 1 .. 4, with a look ahead l_S = (mean-S - w_t) / s, with the averages a_h = (average-h - w_t) / s,
+# with the tensor's role (its name without the layer index, one-hot).
 # Target: (mean-D - w_t) / s.
 # Each model is fitted on the other dumps (leave one out; weighted by s^2, so that the fit's loss
 # is the raw units' squared error the cosine is taken in) and on the dump itself (in sample: how
@@ -73,6 +74,8 @@ class Dump:
         # look: None (the history alone), S (and the look at S) or "averages" (and every average)
         if look is None:
             return self.hist
+        if look == "role":  # and which tensor role the scalar is in (one-hot), as WNN+ embeds kinds
+            return torch.cat([self.hist, torch.nn.functional.one_hot(self.group, len(self.group_names)).double()], dim=1)
         if look == "averages":
             return torch.cat([self.hist] + [self.avgs_t[h][:, None] for h in self.halves], dim=1)
         return torch.cat([self.hist, self.looks_t[look][:, None]], dim=1)
@@ -124,10 +127,12 @@ def report(dumps):
     halves = sorted(set.intersection(*[set(d.halves) for d in dumps]))
     for h in halves:
         rows.append((f"the moving average of half-life {h}", lambda train, d, h=h: d.avgs_t[h], False))
-    for look in [None] + looks + (["averages"] if halves else []):
-        what = "history" if look is None else "history + averages" if look == "averages" else f"history + look at {look}"
-        rows.append((f"linear, {what}", lambda train, d, look=look: fit_linear(train, look)(d), True))
-        rows.append((f"MLP 64x64, {what}", lambda train, d, look=look: fit_mlp(train, look)(d), True))
+    for look in [None, "role"] + looks + (["averages"] if halves else []):
+        what = {None: "history", "role": "history + tensor role", "averages": "history + averages"}.get(look, f"history + look at {look}")
+        if look != "role":  # a one-hot role adds only an offset per role to a linear fit
+            rows.append((f"linear, {what}", lambda train, d, look=look: fit_linear(train, look)(d), True))
+        if not isinstance(look, int):  # with a look the linear fit matched the MLP to 0.01 (BENCHMARKS 9)
+            rows.append((f"MLP 64x64, {what}", lambda train, d, look=look: fit_mlp(train, look)(d), True))
     names = [os.path.basename(d.path).replace(".safetensors", "") for d in dumps]
     print(f"cosine with the mean future at {D} steps, per dump (fitted models: on the other dumps | on the dump itself)")
     print("| model | " + " | ".join(names) + " | mean |")
