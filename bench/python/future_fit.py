@@ -117,9 +117,18 @@ def fit_mlp(dumps, look, steps=600, sample=200_000, seed=0):
         return lambda d: net(d.features(look).float())[:, 0].double()
 
 
-def report(dumps):
+def report(dumps, fits=True):
     looks = sorted(set.intersection(*[set(d.looks) for d in dumps]))
     D = dumps[0].target
+    # A look at S is part of the D-step future it is compared with: its overlap-free part is the
+    # direction of the first S steps against that of the remaining D - S.
+    for d in dumps:
+        cells = []
+        for s in looks:
+            first, rest = d.looks_t[s] * d.scale, (d.y - d.looks_t[s]) * d.scale
+            cells.append(f"{s}: {(first @ rest / (first.norm() * rest.norm() + 1e-300)).item():+.3f}")
+        print(f"{os.path.basename(d.path)}: the mean future's first S steps against its other {D} - S, cosine: "
+              + ", ".join(cells))
     rows = [("trend: the last 4 intervals' change carried on", lambda train, d:
              -d.hist[:, CONTEXT - 2] * D / ((CONTEXT - 1) * d.interval), False)]
     for s in looks:
@@ -137,7 +146,7 @@ def report(dumps):
     print(f"cosine with the mean future at {D} steps, per dump (fitted models: on the other dumps | on the dump itself)")
     print("| model | " + " | ".join(names) + " | mean |")
     print("|---|" + "---|" * (len(dumps) + 1))
-    for label, predict, fitted in rows:
+    for label, predict, fitted in [r for r in rows if fits or not r[2]]:
         cells, held = [], []
         for i, d in enumerate(dumps):
             if fitted:
@@ -201,13 +210,14 @@ def main():
     ap.add_argument("dumps", nargs="*")
     ap.add_argument("--target", type=int, default=0, help="D: the mean future to fit (default the largest)")
     ap.add_argument("--check", action="store_true", help="self-test (with a dump: also its layout)")
+    ap.add_argument("--no-fits", action="store_true", help="only the rows that fit nothing (fast)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.check:
         return self_check(a.dumps[0] if a.dumps else None)
     if not a.dumps:
         ap.error("give one or more dumps of `nowcast-meta scan --dump-dir`")
-    report([Dump(p, a.target) for p in a.dumps])
+    report([Dump(p, a.target) for p in a.dumps], fits=not a.no_fits)
     return 0
 
 
