@@ -185,6 +185,17 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
       const std::string name = fmt::format("lookahead-{}", s);
       score(name, d, carried);
       against_mean(fmt::format("the mean future at {} steps carried on", s), d, carried);
+      // The look is the first S steps of the D it is lined up with: what it says of the other
+      // D - S is the cosine of its change with theirs.
+      double ab = 0, aa = 0, bb = 0;
+      for (size_t i = 0; i < run.params.size(); ++i) {
+        const at::Tensor first = (targets.mean.at(s)[i] - run.states[t][i]).to(at::kDouble);
+        const at::Tensor rest = (targets.mean.at(d)[i] - targets.mean.at(s)[i]).to(at::kDouble);
+        ab += (first * rest).sum().item<double>(), aa += (first * first).sum().item<double>(),
+            bb += (rest * rest).sum().item<double>();
+      }
+      report += fmt::format("; its first {} steps against the other {}: cosine {:+.3f}", s, d - s,
+                            ab / std::sqrt(aa * bb + 1e-300));
     }
   }
   write_state(run, static_cast<int64_t>(run.states.size()) - 1);
