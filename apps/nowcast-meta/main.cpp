@@ -319,7 +319,11 @@ int scan(ScanArgs a) {
     models.push_back({spec.name, weights});
   }
   std::filesystem::create_directories(a.work_dir);
-  if (!a.dump_dir.empty()) std::filesystem::create_directories(a.dump_dir);
+  if (!a.dump_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(a.dump_dir, error);
+    if (error) throw ht::OptionsError("scan: --dump-dir " + a.dump_dir + ": cannot create it (" + error.message() + ")");
+  }
   const auto t_all = Clock::now();
   const std::string text = a.work_dir + "/common-licenses.txt";
   ht::meta::write_license_text(text);

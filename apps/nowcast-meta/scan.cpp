@@ -56,16 +56,26 @@ OracleTargets oracle_targets(const LossTuneRun& run, int64_t t, const std::vecto
   return o;
 }
 
-// How a predicted change from state t lines up with another (the expected future's): the cosine
-// of the two changes over all parameters, and the ratio of their norms.
-std::string alignment(const LossTuneRun& run, int64_t t, const std::vector<at::Tensor>& a,
-                      const std::vector<at::Tensor>& b) {
+// Two changes over all parameters, a_end - a_start and b_end - b_start: the cosine between them and
+// the ratio of their norms.
+struct ChangePair {
+  double cosine = 0, norm_ratio = 0;
+};
+ChangePair compare_changes(const std::vector<at::Tensor>& a_end, const std::vector<at::Tensor>& a_start,
+                           const std::vector<at::Tensor>& b_end, const std::vector<at::Tensor>& b_start) {
   double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const at::Tensor da = (a[i] - run.states.at(t)[i]).to(at::kDouble), db = (b[i] - run.states.at(t)[i]).to(at::kDouble);
+  for (size_t i = 0; i < a_end.size(); ++i) {
+    const at::Tensor da = (a_end[i] - a_start[i]).to(at::kDouble), db = (b_end[i] - b_start[i]).to(at::kDouble);
     ab += (da * db).sum().item<double>(), aa += (da * da).sum().item<double>(), bb += (db * db).sum().item<double>();
   }
-  return fmt::format("cosine {:+.3f}, norm ratio {:.3f}", ab / std::sqrt(aa * bb + 1e-300), std::sqrt(aa / (bb + 1e-300)));
+  return {ab / std::sqrt(aa * bb + 1e-300), std::sqrt(aa / (bb + 1e-300))};
+}
+
+// How a predicted change from state t lines up with another (the expected future's).
+std::string alignment(const LossTuneRun& run, int64_t t, const std::vector<at::Tensor>& a,
+                      const std::vector<at::Tensor>& b) {
+  const ChangePair c = compare_changes(a, run.states.at(t), b, run.states.at(t));
+  return fmt::format("cosine {:+.3f}, norm ratio {:.3f}", c.cosine, c.norm_ratio);
 }
 
 }  // namespace
@@ -187,15 +197,9 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
       against_mean(fmt::format("the mean future at {} steps carried on", s), d, carried);
       // The look is the first S steps of the D it is lined up with: what it says of the other
       // D - S is the cosine of its change with theirs.
-      double ab = 0, aa = 0, bb = 0;
-      for (size_t i = 0; i < run.params.size(); ++i) {
-        const at::Tensor first = (targets.mean.at(s)[i] - run.states[t][i]).to(at::kDouble);
-        const at::Tensor rest = (targets.mean.at(d)[i] - targets.mean.at(s)[i]).to(at::kDouble);
-        ab += (first * rest).sum().item<double>(), aa += (first * first).sum().item<double>(),
-            bb += (rest * rest).sum().item<double>();
-      }
-      report += fmt::format("; its first {} steps against the other {}: cosine {:+.3f}", s, d - s,
-                            ab / std::sqrt(aa * bb + 1e-300));
+      const ChangePair overlap_free =
+          compare_changes(targets.mean.at(s), run.states[t], targets.mean.at(d), targets.mean.at(s));
+      report += fmt::format("; its first {} steps against the other {}: cosine {:+.3f}", s, d - s, overlap_free.cosine);
     }
   }
   write_state(run, static_cast<int64_t>(run.states.size()) - 1);
