@@ -54,7 +54,9 @@ struct RunResult {
 // (nowcast.horizon_search=5: each jump tries k, 2k, k/2, 4k, k/4 on the probe) or "-late"
 // (delayed verification: each jump judged period / 10 real steps after it) or "-long" (judged
 // period / 5 - 1 steps after it, on a 16-batch probe) or "-span" (period / 4, past the next
-// recorded state, on a 16-batch probe) or "-span-half" (the same, each jump half the predicted change).
+// recorded state, on a 16-batch probe) or "-span-half" (the same, each jump half the predicted change)
+// or "-span-held" (the same, judged on 16 batches held out of training: needs --set
+// data.probe_fraction=F, which every mode then shares, so plain trains on the same images).
 // The registered nowcaster a mode names ("own-gpt-late": "own-gpt", not "own"), or "" for none.
 std::string nowcast_model_of(const std::string& mode) {
   std::string best;
@@ -103,6 +105,7 @@ class Run {
       else if (variant == "late" || variant == "long" || variant == "span") {}  // below, once nowcast.period is final
       else if (variant == "span-horizon") c.set_override("nowcast.tolerance_by_horizon=true");
       else if (variant == "span-half") c.set_override("nowcast.jump_scale=0.5");
+      else if (variant == "span-held") c.set_override("nowcast.probe_holdout=true");
       else if (!variant.empty()) throw std::invalid_argument("unknown nowcast mode '" + mode + "'");
     }
     if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
@@ -123,7 +126,9 @@ class Run {
     if (variant == "late" && !window_set) c.set_override(fmt::format("nowcast.verify_after={}", period / 10));
     // "<nowcaster>-span-horizon": the same with the tolerance scaled by the jump's horizon.
     // "<nowcaster>-span-half": the same with each jump half the predicted change (nowcast.jump_scale).
-    if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half") {
+    // "<nowcaster>-span-held": the same judged on the probe split (data held out of training).
+    if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half" ||
+        variant == "span-held") {
       c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
       c.set_override("nowcast.probe_batches=16");
     }
@@ -230,7 +235,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   for (const auto& spec : ht::nowcaster_registry())  // every nowcaster with every variant Run knows
     for (const std::string variant : {"", "-reset", "-rescale", "-noverify", "-search", "-late", "-long", "-span",
-                                      "-span-horizon", "-span-half"})
+                                      "-span-horizon", "-span-half", "-span-held"})
       all_modes.push_back(spec.name + variant);
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
@@ -256,7 +261,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
                  "plain hybrid hybrid-batch lookahead snoo plain-average, or a nowcaster (wnn nino own ...) alone or with "
-                 "-reset -rescale -noverify -search -late -long -span -span-horizon -span-half (plain is required: it sets the target)")
+                 "-reset -rescale -noverify -search -late -long -span -span-horizon -span-half -span-held (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));

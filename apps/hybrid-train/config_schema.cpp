@@ -86,6 +86,7 @@ const std::vector<KeySpec>& config_schema() {
       {"data.batch_size", T::Int, "16", {}, "sequences or images per batch", R::in(1, kMillion)},
       {"data.context", T::Int, "128", {}, "tokens per training sequence (text data)", R::in(1, kMillion)},
       {"data.val_fraction", T::Float, "0.1", {}, "share of a text corpus held out for validation", R::in(0, 1).open_lo().open_hi().means("0 would leave nothing to evaluate on")},
+      {"data.probe_fraction", T::Float, "0", {}, "share of the training data held out of training and validation for verdicts (nowcast.probe_holdout); 0 = none", R::in(0, 0.5).open_hi()},
       {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all", R::in(1, kHuge).or_value(-1, "-1 = all")},
 
 
@@ -150,6 +151,7 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.horizon_power", T::Float, num(N.horizon_power), {}, "decay of the horizon over the run (NiNo: 2)", R::in(0, 16).open_lo()},
       {"nowcast.verify", T::Bool, N.verify ? "true" : "false", {}, "check each jump on a probe and undo it when the probe loss rises"},
       {"nowcast.probe_batches", T::Int, num(N.probe_batches), {}, "training batches peeked as the verification probe", R::in(1, kMillion)},
+      {"nowcast.probe_holdout", T::Bool, N.probe_holdout ? "true" : "false", {}, "judge jumps on data held out of training (data.probe_fraction) instead of the next training batches: catches jumps that overfit"},
       {"nowcast.horizon_search", T::Int, num(N.horizon_search), {}, "horizons each jump tries on the probe (k, 2k, k/2, 4k, ...); 1 = the schedule's only", R::in(1, 16)},
       {"nowcast.jump_scale", T::Float, num(N.jump_scale), {}, "a jump moves the weights by this multiple of the predicted change (1 = to the prediction)", R::in(0, 4).open_lo()},
       {"nowcast.jump_kinds", T::String, N.jump_kinds, {}, "the parameter kinds a jump moves: all, or kinds joined by + (linear, conv, bias, norm, wte, wpe, attn); the others stay put", {}, /*non_empty=*/true},

@@ -1,4 +1,4 @@
-// FashionMnistSource: seeded, resumable training batches and an in-order validation split.
+// FashionMnistSource: seeded, resumable training batches; in-order validation and probe splits.
 // The order of epoch e is a pure function of (seed, e), so a cursor is all a checkpoint needs.
 #include "hybrid/data/fashion_mnist.h"
 
@@ -46,6 +46,11 @@ FashionMnistSource::FashionMnistSource(std::shared_ptr<const FashionMnist> data,
     throw std::invalid_argument("FashionMnistSource: val_holdout must be in [0, " + std::to_string(n) +
                                 "), got " + std::to_string(split_.val_holdout));
   }
+  if (split_.probe_holdout < 0 || split_.probe_holdout >= n - split_.val_holdout) {
+    throw std::invalid_argument("FashionMnistSource: probe_holdout must be in [0, " +
+                                std::to_string(n - split_.val_holdout) + "), got " +
+                                std::to_string(split_.probe_holdout));
+  }
   if (split_.max_val_batches < 0) {
     throw std::invalid_argument("FashionMnistSource: max_val_batches must be >= 0 (0 = all)");
   }
@@ -60,6 +65,8 @@ FashionMnistSource::FashionMnistSource(std::shared_ptr<const FashionMnist> data,
     val_set_ = &data_->test;
     val_count_ = data_->test.size();
   }
+  probe_count_ = split_.probe_holdout;
+  num_train_ -= probe_count_;
   if (num_train_ < batch_size_) {
     throw std::invalid_argument("FashionMnistSource: " + std::to_string(num_train_) +
                                 " training images cannot fill one batch of " + std::to_string(batch_size_));
@@ -118,10 +125,23 @@ Batch FashionMnistSource::val_batch(int64_t index) const {
                             " out of range [0, " + std::to_string(num_val_batches()) + ")");
   }
   const int64_t begin = val_begin_ + index * batch_size_;
-  const int64_t count = std::min(batch_size_, val_begin_ + val_count_ - begin);
+  return rows(*val_set_, begin, std::min(batch_size_, val_begin_ + val_count_ - begin));
+}
+
+Batch FashionMnistSource::probe_batch(int64_t index) const {
+  if (index < 0 || index >= num_probe_batches()) {
+    throw std::out_of_range("FashionMnistSource: probe batch " + std::to_string(index) + " out of range [0, " +
+                            std::to_string(num_probe_batches()) + ")" +
+                            (probe_count_ == 0 ? ": no probe split (FashionMnistSplit::probe_holdout = 0)" : ""));
+  }
+  const int64_t begin = num_train_ + index * batch_size_;
+  return rows(data_->train, begin, std::min(batch_size_, num_train_ + probe_count_ - begin));
+}
+
+Batch FashionMnistSource::rows(const LabeledImages& set, int64_t begin, int64_t count) const {
   Batch batch;
-  batch.input = normalize_fashion_mnist(val_set_->images.narrow(0, begin, count));  // [b, 1, 28, 28]
-  batch.target = val_set_->labels.narrow(0, begin, count).clone();  // [b]; a copy, the cache stays intact
+  batch.input = normalize_fashion_mnist(set.images.narrow(0, begin, count));  // [b, 1, 28, 28]
+  batch.target = set.labels.narrow(0, begin, count).clone();  // [b]; a copy, the cache stays intact
   return batch;
 }
 

@@ -13,7 +13,7 @@
 namespace ht {
 
 TextSource::TextSource(TokenCorpus corpus, int64_t batch_size, int64_t context, uint64_t seed,
-                       double val_fraction, int64_t max_val_batches)
+                       double val_fraction, int64_t max_val_batches, double probe_fraction)
     : corpus_(std::move(corpus)), batch_size_(batch_size), context_(context), max_val_batches_(max_val_batches) {
   if (batch_size_ <= 0 || context_ <= 0) {
     throw std::invalid_argument("TextSource: batch size and context must be positive, got B=" +
@@ -21,6 +21,11 @@ TextSource::TextSource(TokenCorpus corpus, int64_t batch_size, int64_t context, 
   }
   if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
     throw std::invalid_argument("TextSource: val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  }
+  if (!(probe_fraction >= 0.0 && val_fraction + probe_fraction < 1.0)) {
+    throw std::invalid_argument("TextSource: probe_fraction must be >= 0 and leave tokens to train on (val_fraction " +
+                                std::to_string(val_fraction) + " + probe_fraction " + std::to_string(probe_fraction) +
+                                " < 1)");
   }
   if (max_val_batches_ < 0) throw std::invalid_argument("TextSource: max_val_batches must be >= 0 (0 = all)");
 
@@ -32,8 +37,17 @@ TextSource::TextSource(TokenCorpus corpus, int64_t batch_size, int64_t context, 
                                 " (T=" + std::to_string(context_) + "); use a smaller context or a larger corpus");
   }
   const auto held_out = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
-  train_end_ = n - held_out;
+  val_begin_ = n - held_out;
   num_val_windows_ = held_out / window;
+  const auto probe_held = static_cast<int64_t>(std::floor(static_cast<double>(n) * probe_fraction));
+  train_end_ = val_begin_ - probe_held;
+  num_probe_windows_ = probe_held / window;
+  if (probe_fraction > 0.0 && num_probe_windows_ == 0) {
+    throw std::invalid_argument("TextSource: the " + std::to_string(probe_held) + " probe tokens (probe_fraction " +
+                                std::to_string(probe_fraction) + " of " + std::to_string(n) +
+                                ") are fewer than one window of " + std::to_string(window) +
+                                " tokens; raise probe_fraction or lower the context");
+  }
   if (val_fraction > 0.0 && num_val_windows_ == 0) {
     throw std::invalid_argument("TextSource: the held-out " + std::to_string(held_out) + " tokens (val_fraction " +
                                 std::to_string(val_fraction) + " of " + std::to_string(n) +
@@ -131,10 +145,24 @@ Batch TextSource::val_batch(int64_t index) const {
     throw std::out_of_range("TextSource: validation batch " + std::to_string(index) + " out of range [0, " +
                             std::to_string(num_val_batches()) + ")");
   }
+  return windows(val_begin_, num_val_windows_, index);
+}
+
+Batch TextSource::probe_batch(int64_t index) const {
+  if (index < 0 || index >= num_probe_batches()) {
+    throw std::out_of_range("TextSource: probe batch " + std::to_string(index) + " out of range [0, " +
+                            std::to_string(num_probe_batches()) + ")" +
+                            (num_probe_windows_ == 0 ? ": no probe split (probe_fraction = 0)" : ""));
+  }
+  return windows(train_end_, num_probe_windows_, index);
+}
+
+// Batch index of a held-out span cut into windows of T+1 tokens in order (the last may be smaller).
+Batch TextSource::windows(int64_t span_begin, int64_t span_windows, int64_t index) const {
   const int64_t first = index * batch_size_;
-  const int64_t count = std::min(batch_size_, num_val_windows_ - first);
+  const int64_t count = std::min(batch_size_, span_windows - first);
   std::vector<int64_t> starts(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) starts[i] = train_end_ + (first + i) * (context_ + 1);
+  for (int64_t i = 0; i < count; ++i) starts[i] = span_begin + (first + i) * (context_ + 1);
   return gather(starts);
 }
 

@@ -14,17 +14,21 @@ ShardedData::ShardedData(std::unique_ptr<DataSource> global, int rank, int world
     throw OptionsError("ShardedData: rank " + std::to_string(rank) + " is not a rank of " + std::to_string(world_size));
 }
 
-Batch ShardedData::next_train_batch() {
-  Batch b = global_->next_train_batch();
+// This rank's rows of a global batch. tensor_split: the first rows % N ranks get one row more.
+// Copied, so the global batch is freed and a rank holds only its rows (as the planner counts them).
+Batch ShardedData::my_rows(const Batch& b) const {
   const int64_t rows = b.input.size(0);
   if (rows < world_)
     throw OptionsError("a global batch of " + std::to_string(rows) + " rows cannot be shared by " +
                        std::to_string(world_) + " ranks: raise data.batch_size to at least the number of processes");
-  // tensor_split: the first rows % N ranks get one row more. Copied, so the global batch is
-  // freed here and a rank holds only its rows (as the planner counts them).
-  Batch mine{b.input.tensor_split(world_)[static_cast<size_t>(rank_)].clone(),
-             b.target.defined() ? b.target.tensor_split(world_)[static_cast<size_t>(rank_)].clone() : b.target};
-  share_ = static_cast<double>(mine.input.size(0)) / static_cast<double>(rows);
+  return {b.input.tensor_split(world_)[static_cast<size_t>(rank_)].clone(),
+          b.target.defined() ? b.target.tensor_split(world_)[static_cast<size_t>(rank_)].clone() : b.target};
+}
+
+Batch ShardedData::next_train_batch() {
+  Batch b = global_->next_train_batch();
+  Batch mine = my_rows(b);
+  share_ = static_cast<double>(mine.input.size(0)) / static_cast<double>(b.input.size(0));
   return mine;
 }
 

@@ -343,6 +343,11 @@ class NowcastEngine final : public NowcastStrategy {
   void ensure_ready(Trainer& trainer) {
     if (ready_) return;
     const auto t0 = Clock::now();
+    // Checked here rather than at the first verdict, a period into the run.
+    if (opt_.verify && opt_.probe_holdout && trainer.data().num_probe_batches() < opt_.probe_batches)
+      throw OptionsError(cat("NowcastStrategyOptions.probe_holdout: the data holds ", trainer.data().num_probe_batches(),
+                             " probe batches, a verdict reads probe_batches = ", opt_.probe_batches,
+                             ": hold more training data out for probes (data.probe_fraction) or lower probe_batches"));
     params_ = trainer.optimizer().parameters();
     const auto named = trainer.objective().module().named_parameters(/*recurse=*/true);
     if (named.size() != params_.size())
@@ -416,19 +421,28 @@ class NowcastEngine final : public NowcastStrategy {
     return std::min(horizons_[static_cast<size_t>(j)], cap_);
   }
 
-  // The next probe_batches training batches, peeked: the data cursor is put back, so training
-  // sees plain mode's data order and the probe is not yet trained on (at this point of the epoch).
+  // The verdict's probe. Held out (probe_holdout): the probe split's first probe_batches batches,
+  // assembled once. Otherwise the next probe_batches training batches, peeked: the data cursor is
+  // put back, so training sees plain mode's data order and the probe is not yet trained on (at
+  // this point of the epoch).
   Batch peek_probe(Trainer& trainer) {
     DataSource& data = trainer.data();
+    if (opt_.probe_holdout && held_out_probe_.input.defined()) return held_out_probe_;
     const DataCursor cursor = data.cursor();
     std::vector<at::Tensor> inputs, targets;
     for (int64_t i = 0; i < opt_.probe_batches; ++i) {
-      Batch b = trainer.next_batch();
+      Batch b = opt_.probe_holdout ? data.probe_batch(i) : trainer.next_batch();
       inputs.push_back(b.input);
       targets.push_back(b.target);
     }
+    Batch probe{torch::cat(inputs), torch::cat(targets)};
+    if (opt_.probe_holdout) {
+      probe.input = probe.input.to(trainer.options().device);
+      probe.target = probe.target.to(trainer.options().device);
+      return held_out_probe_ = probe;
+    }
     data.restore(cursor);
-    return Batch{torch::cat(inputs), torch::cat(targets)};
+    return probe;
   }
 
   double probe_loss(Trainer& trainer, const Batch& probe) {
@@ -767,6 +781,7 @@ class NowcastEngine final : public NowcastStrategy {
   double ms_per_scalar_ = -1.0;  // a prediction's time per scalar, found at the first jump decision
   DataCursor cursor_;
   at::Tensor optimizer_snapshot_;  // [bytes] uint8, the optimizer's checkpoint format
+  Batch held_out_probe_;           // probe_holdout: the probe split's batches, kept between verdicts
   at::Tensor random_state_;
   NowcastSummary summary_;
 };

@@ -338,6 +338,16 @@ TEST(Cli, NowcastModeJumpsResumesMidPeriodAndNamesBadKeys) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("nowcast (nino): 5 steps, 1 jumps"), std::string::npos) << r.output;
 
+  // Judged on text held out of training (the 1 % before the validation tail) instead of peeked batches.
+  r = run("train " + small_gpt(scratch("nowcast-d")) +
+          " run.mode=nowcast nowcast.period=5 train.steps=5 run.threads=1 data.probe_fraction=0.01 nowcast.probe_holdout=true");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("M validation / 0.04M probe tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nowcast (wnn): 5 steps, 1 jumps"), std::string::npos) << r.output;
+  r = run("train " + small_gpt(scratch("nowcast-bad")) + " run.mode=nowcast nowcast.probe_holdout=true");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("set data.probe_fraction"), std::string::npos) << r.output;
+
   for (const std::string bad : {"nowcast.period=7", "nowcast.model=gnn", "nowcast.optimizer_state=zero",
                                 "nowcast.horizon_min=41", "nowcast.weights=/nonexistent/w.safetensors"}) {
     r = run("train " + small_gpt(scratch("nowcast-bad")) + " run.mode=nowcast " + bad);
@@ -350,6 +360,7 @@ TEST(Cli, NowcastModeJumpsResumesMidPeriodAndNamesBadKeys) {
   ht::testing::remove_tree(straight);
   ht::testing::remove_tree(halves);
   ht::testing::remove_tree(scratch("nowcast-c"));
+  ht::testing::remove_tree(scratch("nowcast-d"));
 }
 
 }  // namespace ht

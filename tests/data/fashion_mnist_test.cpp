@@ -97,6 +97,44 @@ TEST(FashionMnist, HoldoutValidationComesFromTheTrainTail) {
   }
 }
 
+TEST(FashionMnist, TheProbeSplitIsHeldOutOfTrainingAndValidation) {
+  REQUIRE_FASHION_MNIST();
+  // Probe images just before the validation holdout; neither is ever trained on.
+  FashionMnistSplit split{5000, 0, 2100};
+  FashionMnistSource source(indexed_data(), 100, 3, split);
+  EXPECT_EQ(source.num_train(), 52900);
+  EXPECT_EQ(source.num_probe(), 2100);
+  EXPECT_EQ(source.num_probe_batches(), 21);
+  EXPECT_TRUE(torch::equal(source.probe_batch(0).target, torch::arange(52900, 53000, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(source.probe_batch(20).target, torch::arange(54900, 55000, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(source.val_batch(0).target, torch::arange(55000, 55100, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(source.probe_batch(3).input,
+                           normalize_fashion_mnist(real_data()->train.images.narrow(0, 53200, 100))));
+  const DataCursor before = source.cursor();
+  source.probe_batch(1);
+  EXPECT_EQ(source.cursor(), before);  // probes do not move the training stream
+  for (int i = 0; i < source.batches_per_epoch(); ++i) {
+    ASSERT_LT(source.next_train_batch().target.max().item<int64_t>(), 52900) << "probe image in training";
+  }
+  EXPECT_THROW(source.probe_batch(21), std::out_of_range);
+  // Without a validation holdout the probe images are the training file's last; the test set validates.
+  FashionMnistSource tail(indexed_data(), 128, 3, FashionMnistSplit{0, 0, 2048});
+  EXPECT_EQ(tail.num_train(), 57952);
+  EXPECT_EQ(tail.num_val(), 10000);
+  EXPECT_TRUE(torch::equal(tail.probe_batch(15).target, torch::arange(59872, 60000, torch::kInt64)));
+  // No split: no probe batches, and asking for one says so.
+  FashionMnistSource none(indexed_data(), 100, 3);
+  EXPECT_EQ(none.num_probe_batches(), 0);
+  try {
+    none.probe_batch(0);
+    ADD_FAILURE() << "no error";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("no probe split"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(FashionMnistSource(indexed_data(), 100, 3, FashionMnistSplit{5000, 0, 55000}), std::invalid_argument);
+  EXPECT_THROW(FashionMnistSource(indexed_data(), 100, 3, FashionMnistSplit{0, 0, -1}), std::invalid_argument);
+}
+
 TEST(FashionMnist, EachEpochCoversEveryImageOnceWithItsOwnPixels) {
   REQUIRE_FASHION_MNIST();
   const FashionMnist& d = *real_data();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,19 @@ int64_t locate(const Batch& b, int64_t i) {
   EXPECT_NE(at, std::string::npos) << "row " << i << " is not a substring of the corpus";
   EXPECT_EQ(text().find(window, at + 1), std::string::npos) << "window occurs twice; test corpus too regular";
   return static_cast<int64_t>(at);
+}
+
+// Batches 0..n-1 of a held-out span hold its windows in order from `start`, B a batch, the last
+// batch last_rows.
+void expect_windows_in_order(int64_t n, const std::function<Batch(int64_t)>& batch, int64_t start, int64_t last_rows) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Batch b = batch(i);
+    ASSERT_EQ(b.input.size(0), i < n - 1 ? kB : last_rows) << "batch " << i;
+    for (int64_t r = 0; r < b.input.size(0); ++r) {
+      EXPECT_EQ(locate(b, r), start);
+      start += kT + 1;
+    }
+  }
 }
 
 TextSource source(uint64_t seed, int64_t max_val_batches = 0) {
@@ -118,18 +132,32 @@ TEST(TextSource, ValidationWindowsComeInOrderFromTheHeldOutTail) {
   TextSource s = source(3);
   // 1000 held-out tokens make 58 windows of 17: 14 batches of 4 and one of 2.
   ASSERT_EQ(s.num_val_batches(), 15);
-  int64_t expected_start = 9000;
-  for (int64_t i = 0; i < s.num_val_batches(); ++i) {
-    const Batch b = s.val_batch(i);
-    ASSERT_EQ(b.input.size(0), i < 14 ? kB : 2);
-    for (int64_t r = 0; r < b.input.size(0); ++r) {
-      EXPECT_EQ(locate(b, r), expected_start);
-      expected_start += kT + 1;
-    }
-  }
+  expect_windows_in_order(s.num_val_batches(), [&](int64_t i) { return s.val_batch(i); }, 9000, 2);
   EXPECT_TRUE(torch::equal(s.val_batch(2).input, source(77).val_batch(2).input));  // seed-independent
   EXPECT_EQ(source(3, 4).num_val_batches(), 4);
   EXPECT_THROW(s.val_batch(15), std::out_of_range);
+}
+
+TEST(TextSource, TheProbeSplitSitsBetweenTrainingAndValidation) {
+  // 10000 tokens: 1000 validate (the tail), the 500 before them are the probe split, 8500 train.
+  TextSource s(TokenCorpus::from_bytes(text()), kB, kT, 5, 0.1, 0, 0.05);
+  EXPECT_EQ(s.num_train_tokens(), 8500);
+  EXPECT_EQ(s.num_probe_tokens(), 500);
+  EXPECT_EQ(s.num_val_tokens(), 1000);
+  // 500 tokens make 29 windows of 17: 7 batches of 4 and one of 1.
+  ASSERT_EQ(s.num_probe_batches(), 8);
+  expect_windows_in_order(s.num_probe_batches(), [&](int64_t i) { return s.probe_batch(i); }, 8500, 1);
+  EXPECT_EQ(locate(s.val_batch(0), 0), 9000);  // validation unchanged by the probe split
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    for (int64_t i = s.batches_in_epoch(epoch); i > 0; --i) {
+      const Batch b = s.next_train_batch();
+      for (int64_t r = 0; r < kB; ++r) ASSERT_LE(locate(b, r) + kT + 1, 8500) << "training window in the probe split";
+    }
+  }
+  EXPECT_EQ(source(1).num_probe_batches(), 0);
+  EXPECT_THROW(source(1).probe_batch(0), std::out_of_range);
+  EXPECT_THROW(TextSource(TokenCorpus::from_bytes(text()), kB, kT, 5, 0.5, 0, 0.5), std::invalid_argument);
+  EXPECT_THROW(TextSource(TokenCorpus::from_bytes(text()), kB, kT, 5, 0.1, 0, 0.001), std::invalid_argument);  // 10 tokens
 }
 
 TEST(TextSource, Uint16CorpusKeepsLargeIds) {

@@ -1,9 +1,11 @@
-// The data interface the trainer consumes: batches, a resumable cursor, a validation split.
+// The data interface the trainer consumes: batches, a resumable cursor, validation and probe splits.
 // Concrete data sets (Fashion-MNIST, text corpora, user data) implement DataSource elsewhere.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace ht {
 
@@ -30,6 +32,13 @@ class DataSource {
   virtual void restore(const DataCursor& cursor) = 0;
   virtual int64_t num_val_batches() const = 0;
   virtual Batch val_batch(int64_t index) const = 0;  // deterministic, does not move the cursor
+  // A probe split: data held out of training *and* of validation, for a strategy to judge its own
+  // moves on (a nowcast jump that fits the training batches but not unseen data) without reading
+  // the validation set its result is measured on. Optional: 0 batches = none.
+  virtual int64_t num_probe_batches() const { return 0; }
+  virtual Batch probe_batch(int64_t index) const {  // deterministic, does not move the cursor
+    throw std::out_of_range("this data source holds no probe split (probe batch " + std::to_string(index) + ")");
+  }
   // Items one training batch holds, for throughput: tokens for text, samples for images.
   virtual int64_t items_per_batch() const = 0;
   virtual const char* item_name() const { return "samples"; }

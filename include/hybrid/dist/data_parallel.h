@@ -35,7 +35,8 @@ struct DataParallelOptions {
 
 // Every rank draws the same global batch (the cursor is global: one position in checkpoints)
 // and keeps its rows: rank r of N gets the r-th of N nearly equal row ranges (tensor_split).
-// Validation batches pass through whole; the trainer shares them out by index.
+// Validation batches pass through whole; the trainer shares them out by index. Probe batches are
+// cut into rows like training batches.
 class ShardedData final : public DataSource {
  public:
   ShardedData(std::unique_ptr<DataSource> global, int rank, int world_size);
@@ -44,6 +45,9 @@ class ShardedData final : public DataSource {
   void restore(const DataCursor& cursor) override { global_->restore(cursor); }
   int64_t num_val_batches() const override { return global_->num_val_batches(); }
   Batch val_batch(int64_t index) const override { return global_->val_batch(index); }
+  // Probe batches are shared out like training batches: a verdict averages the ranks' losses.
+  int64_t num_probe_batches() const override { return global_->num_probe_batches(); }
+  Batch probe_batch(int64_t index) const override { return my_rows(global_->probe_batch(index)); }
   // The global batch's items: rank 0's throughput figures are the job's.
   int64_t items_per_batch() const override { return global_->items_per_batch(); }
   const char* item_name() const override { return global_->item_name(); }
@@ -52,6 +56,8 @@ class ShardedData final : public DataSource {
   DataSource& global() { return *global_; }
 
  private:
+  Batch my_rows(const Batch& global_batch) const;
+
   std::unique_ptr<DataSource> global_;
   int rank_;
   int world_;
