@@ -711,43 +711,6 @@ TEST(NowcastStrategy, AWindowSavedBeforeTrendsExistedIsJudgedOnItsTwoStates) {
   EXPECT_NE(s->summary().jump_log[0].find("a recording earlier): undone"), std::string::npos) << s->summary().jump_log[0];
 }
 
-namespace {
-
-// The bowl again, with its minimum where the batch says (1 + 2 x its target): training batches
-// put it at w = 1, the probe split at w = -1, so a jump towards 1 is good on training data and
-// bad on held-out data (a jump that overfits, in one dimension).
-class SplitData : public toy::ConstantData {
- public:
-  int64_t num_probe_batches() const override { return probe_batches; }
-  ht::Batch probe_batch(int64_t) const override { return {torch::zeros({1, 1}), -torch::ones({1})}; }
-  int64_t probe_batches = 2;
-};
-
-struct SplitBowlRun {
-  SplitBowlRun(int64_t max_steps, const ht::NowcastStrategyOptions& o) {
-    bowl = std::make_shared<toy::Bowl>();
-    objective = ht::make_objective(bowl, [b = bowl.get()](const ht::Batch& batch) {
-      return 0.5 * (b->lambda * (b->w - (1.0 + 2.0 * batch.target.mean())).pow(2)).sum();
-    });
-    optimizer = std::make_unique<ht::testing::ReferenceSgd>(bowl->parameters(), 0.1);
-    ht::TrainerOptions to;
-    to.max_steps = max_steps;
-    to.grad_clip = 0.0;
-    to.schedule.kind = ht::LrSchedule::Kind::Constant;
-    to.schedule.total_steps = max_steps;
-    trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
-    trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
-  }
-  std::shared_ptr<toy::Bowl> bowl;
-  std::unique_ptr<ht::Objective> objective;
-  std::unique_ptr<ht::Optimizer> optimizer;
-  SplitData data;
-  toy::RecordingLogger logger;
-  std::unique_ptr<ht::Trainer> trainer;
-};
-
-}  // namespace
-
 TEST(NowcastStrategy, AHeldOutProbeUndoesAJumpThatOnlyFitsTheTrainingData) {
   // Halfway to the training data's minimum: kept when judged on the next training batches,
   // undone when judged on the probe split, right after the jump and after a window alike.
@@ -757,7 +720,9 @@ TEST(NowcastStrategy, AHeldOutProbeUndoesAJumpThatOnlyFitsTheTrainingData) {
       o.verify_after = window;
       o.redo_budget = 0;
       o.probe_holdout = held_out;
-      SplitBowlRun run(30, o);
+      toy::BowlRun run(30, 0.1, /*minimum_from_batch=*/true);
+      run.data.probe_batches = 2;
+      run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
       for (int64_t i = 0; i < 19; ++i) run.trainer->train_step();
       const at::Tensor before_jump = run.bowl->w.detach().clone();
       for (int64_t i = 0; i < (window > 0 ? window + 1 : 0); ++i) run.trainer->train_step();
@@ -780,7 +745,9 @@ TEST(NowcastStrategy, AHeldOutProbeUndoesAJumpThatOnlyFitsTheTrainingData) {
   ht::NowcastStrategyOptions o = options(20, 4);
   o.probe_holdout = true;
   o.probe_batches = 3;
-  SplitBowlRun run(30, o);
+  toy::BowlRun run(30, 0.1, /*minimum_from_batch=*/true);
+  run.data.probe_batches = 2;
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one)));
   try {
     run.trainer->train_step();
     ADD_FAILURE() << "no error";

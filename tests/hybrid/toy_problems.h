@@ -15,8 +15,8 @@
 
 namespace toy {
 
-// Every batch is the same placeholder: the bowl's loss ignores it, so rejected or consumed
-// batches cannot change the trajectory.
+// Every training batch is the same placeholder: the bowl's loss ignores it (unless its minimum
+// comes from the batch), so rejected or consumed batches cannot change the trajectory.
 class ConstantData : public ht::DataSource {
  public:
   ht::Batch next_train_batch() override {
@@ -27,7 +27,11 @@ class ConstantData : public ht::DataSource {
   void restore(const ht::DataCursor& c) override { cursor_ = c; }
   int64_t num_val_batches() const override { return 1; }
   ht::Batch val_batch(int64_t) const override { return {torch::zeros({1, 1}), torch::zeros({1})}; }
+  // A probe split of probe_batches batches (none by default) whose target is -1, not 0.
+  int64_t num_probe_batches() const override { return probe_batches; }
+  ht::Batch probe_batch(int64_t) const override { return {torch::zeros({1, 1}), -torch::ones({1})}; }
   int64_t items_per_batch() const override { return 1; }
+  int64_t probe_batches = 0;
 
  private:
   ht::DataCursor cursor_;
@@ -106,9 +110,14 @@ struct RecordingLogger : ht::Logger {
 
 // A model, its objective, optimizer, data and trainer, built the same way every time.
 struct BowlRun {
-  explicit BowlRun(int64_t max_steps, double lr = 0.1) {
+  // minimum_from_batch: the bowl's minimum is at 1 + 2 x the batch's target, so 1 on training
+  // batches and -1 on ConstantData's probe split (a jump towards 1 fits training data only).
+  explicit BowlRun(int64_t max_steps, double lr = 0.1, bool minimum_from_batch = false) {
     bowl = std::make_shared<Bowl>();
-    objective = ht::make_objective(bowl, [b = bowl.get()](const ht::Batch&) { return b->loss(); });
+    objective = ht::make_objective(bowl, [b = bowl.get(), minimum_from_batch](const ht::Batch& batch) {
+      if (!minimum_from_batch) return b->loss();
+      return 0.5 * (b->lambda * (b->w - (1.0 + 2.0 * batch.target.mean())).pow(2)).sum();
+    });
     optimizer = std::make_unique<ht::testing::ReferenceSgd>(bowl->parameters(), lr);
     ht::TrainerOptions to;
     to.max_steps = max_steps;
