@@ -35,11 +35,12 @@ struct NowcastStrategyOptions {
   int64_t schedule_steps = 0;  // the run length the schedule spans; 0: the trainer's max_steps
 
   // Verification: the probe loss (the next probe_batches training batches, peeked, so the data
-  // order stays plain mode's; or held-out ones, probe_holdout below) after the jump may exceed the loss before it by tolerance x |loss|
-  // at most; otherwise the jump is undone bit-exactly, the step becomes a real one and the
-  // horizon cap halves, down to 1 (it doubles back, up to horizon_max, after a jump that passes). After f
-  // failures in a row (f >= 2) the next 2^(f-1) - 1 jumps are skipped, so a run whose jumps all
-  // fail pays for about log2(jumps) predictions. Off: every finite jump is kept.
+  // order stays plain mode's; or held-out ones, probe_holdout below) after the jump may exceed
+  // the loss before it by tolerance x |loss| at most; otherwise the jump is undone bit-exactly,
+  // the step becomes a real one and the horizon cap halves, down to 1 (it doubles back, up to
+  // horizon_max, after a jump that passes). After f failures in a row (f >= 2) the next
+  // 2^(f-1) - 1 jumps are skipped, so a run whose jumps all fail pays for about log2(jumps)
+  // predictions. Off: every finite jump is kept.
   bool verify = true;
   int64_t probe_batches = 2;
   // Judge on the data source's probe split (DataSource::probe_batch: data held out of training
