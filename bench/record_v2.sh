@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~17 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~18 h here)
 # Each part is one hybrid_bench invocation: its modes run side by side (10 steps each in turn), so
 # wall-clock ratios inside a part are measured under the same load. Every run uses 1 thread: on
 # this shared 2-vCPU machine two OpenMP threads spin against the other jobs (an FM-16 step took
@@ -44,6 +44,12 @@ run_part() {
                      --eval-points 40 --modes plain wnn-noverify wnn-reset wnn-rescale ;;
     fm16_cosine) part fm16_cosine "warmup + cosine" --tasks fm16 --protocol cosine --eval-points 40 \
                    --modes plain snoo wnn-noverify nino-noverify own-noverify wnn-late nino-late own-late wnn-span ;;
+    # NiNo in the span window judged at tolerance 0.03 on the next training batches and on a probe
+    # split held out of training (the last 2100 training images; every mode trains on the rest).
+    fm16_held_nino) part fm16_held_nino "NiNo protocol, held-out probe" --tasks fm16 --protocol nino --eval-points 40 \
+                      --set data.probe_fraction=0.035 --set nowcast.tolerance=0.03 --modes plain nino-span nino-span-held ;;
+    fm16_held_cosine) part fm16_held_cosine "warmup + cosine, held-out probe" --tasks fm16 --protocol cosine --eval-points 40 \
+                        --set data.probe_fraction=0.035 --set nowcast.tolerance=0.03 --modes plain nino-span nino-span-held ;;
     # The MLP overfits early at 1e-3 constant (a plain run's validation loss bottoms out near step
     # 3000 and rises after): 2000 steps keep plain improving to the end; cosine 3000. Period 500.
     # The whole test set as validation (20 batches were too noisy to rank evaluations).
@@ -68,5 +74,5 @@ run_part() {
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(fm16_nino fm16_optstate fm16_cosine mlp_nino mlp_cosine gpt_nino gpt_cosine gptwide_nino)
+[ ${#parts[@]} -gt 0 ] || parts=(fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_nino gpt_cosine gptwide_nino)
 for p in "${parts[@]}"; do run_part "$p"; done
