@@ -423,8 +423,8 @@ class NowcastEngine final : public NowcastStrategy {
 
   // The verdict's probe. Held out (probe_holdout): the probe split's first probe_batches batches,
   // assembled once. Otherwise the next probe_batches training batches, peeked: the data cursor is
-  // put back, so training sees plain mode's data order and the probe is not yet trained on (at
-  // this point of the epoch).
+  // put back, so training sees plain mode's data order and the probe is not yet trained on in this
+  // epoch (it was in earlier ones: training batches cannot show overfitting; probe_holdout can).
   Batch peek_probe(Trainer& trainer) {
     DataSource& data = trainer.data();
     if (opt_.probe_holdout && held_out_probe_.input.defined()) return held_out_probe_;
@@ -662,7 +662,7 @@ class NowcastEngine final : public NowcastStrategy {
     const auto scope = trainer.memory().phase(MemoryPhase::Predict);
     pending_ = false;
     const auto tp = Clock::now();
-    const Batch probe = peek_probe(trainer);  // the batches after the window: neither side trained on them
+    const Batch probe = peek_probe(trainer);  // after the window: neither side trained on them this epoch
     const double now = probe_loss(trainer, probe);
     std::vector<at::Tensor> current;  // the window's weights, while the older ones are scored
     {

@@ -57,9 +57,9 @@ struct NowcastStrategyOptions {
   // Delayed verification (> 0): a jump is judged only after this many real steps from the
   // predicted weights, because right after a far jump the loss spikes and Adam recovers within a
   // few hundred steps (BENCHMARKS.md, nowcasting). Then, on the next probe_batches batches (none
-  // trained on), the loss must be below what plain would reach: the loss of the pre-jump weights
-  // carried on at their recent rate (the ratio between the last two recorded states' losses, per
-  // step) over the window. Otherwise weights, optimizer state, data cursor, CPU random state and step count go
+  // trained on this epoch; or the probe split's), the loss must be below what plain would reach:
+  // the loss of the pre-jump weights carried on at their recent rate (the ratio between the last
+  // two recorded states' losses, per step) over the window. Otherwise weights, optimizer state, data cursor, CPU random state and step count go
   // back to before the jump, bit-exactly, and the jump's step becomes a real one; the window's
   // steps are lost time. Must be < 4 x period / 5: a window may span up to three recordings (of
   // the jumped weights, recorded again after an undo), but not reach the two states before the
