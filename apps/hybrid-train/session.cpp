@@ -306,6 +306,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.verify_after = c.get_int("nowcast.verify_after");
   o.redo_budget = c.get_float("nowcast.redo_budget");
   o.redo_credit = c.get_bool("nowcast.redo_credit");
+  o.keep_progress = c.get_bool("nowcast.keep_progress");
   o.trend_states = c.get_int("nowcast.trend_states");
   o.horizon_search = c.get_int("nowcast.horizon_search");
   o.jump_scale = c.get_float("nowcast.jump_scale");

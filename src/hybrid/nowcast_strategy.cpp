@@ -100,6 +100,8 @@ void NowcastStrategyOptions::validate() const {
     fail("trend_states", cat("= ", trend_states, ": must be in [2, ", kNowcastContext - window_recordings,
                              "] (5 states less the ", window_recordings, " the window of verify_after ", verify_after,
                              " records over)"));
+  if (keep_progress && verify_after == 0)
+    fail("keep_progress", "needs delayed verification (verify_after > 0): it keeps jumps whose window is spent");
   if (!(redo_budget >= 0.0 && redo_budget <= 1.0))
     fail("redo_budget", cat("= ", redo_budget, ": must be in [0, 1] (a share of the run's steps)"));
   if (verify_after > 0 && horizon_search > 1)
@@ -155,8 +157,9 @@ std::vector<int64_t> nowcast_horizons(const NowcastStrategyOptions& o, int64_t r
 
 std::string NowcastSummary::to_string() const {
   std::ostringstream os;
-  os << "nowcast (" << model << "): " << steps << " steps, " << jumps << " jumps: " << kept << " kept, " << undone
-     << " undone, " << skipped << " skipped while backing off; " << horizon_steps_kept
+  os << "nowcast (" << model << "): " << steps << " steps, " << jumps << " jumps: " << kept << " kept";
+  if (kept_behind > 0) os << " (" << kept_behind << " of them behind plain, ~" << steps_behind << " steps in all)";
+  os << ", " << undone << " undone, " << skipped << " skipped while backing off; " << horizon_steps_kept
      << " steps jumped by kept jumps; horizon cap at the end " << horizon_cap << "\n";
   if (steps_redone > 0 || too_late > 0 || optimizer_snapshot_bytes > 0)
     os << "  delayed verification: " << steps_redone << " steps redone after undone jumps, " << too_late
@@ -270,6 +273,8 @@ class NowcastEngine final : public NowcastStrategy {
     archive_io::put(a, "over_budget", summary_.over_budget);
     archive_io::put(a, "redo_credit", summary_.redo_credit);
     archive_io::put(a, "overhead_steps", summary_.overhead_steps);
+    archive_io::put(a, "kept_behind", summary_.kept_behind);
+    archive_io::put(a, "steps_behind", summary_.steps_behind);
     // A checkpoint inside a delayed-verification window keeps what judging and undoing need.
     archive_io::put(a, "pending", pending_);
     if (pending_) {
@@ -310,6 +315,8 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.over_budget = archive_io::get_int(a, "over_budget");
     summary_.redo_credit = archive_io::get_int_or(a, "redo_credit", 0);  // none paid in before it existed
     summary_.overhead_steps = archive_io::get_int_or(a, "overhead_steps", 0);  // none charged before it existed
+    summary_.kept_behind = archive_io::get_int_or(a, "kept_behind", 0);      // nor kept behind plain
+    summary_.steps_behind = archive_io::get_int_or(a, "steps_behind", 0);
     pending_ = archive_io::get_bool(a, "pending");
     if (pending_) {
       jump_step_ = archive_io::get_int(a, "jump_step");
@@ -586,6 +593,12 @@ class NowcastEngine final : public NowcastStrategy {
 
   void count_failure(int64_t k_schedule) {
     ++summary_.undone;
+    shorten_horizon(k_schedule);
+  }
+
+  // After a jump that failed its verdict, undone or not: the cap halves, and failures in a row
+  // make the schedule skip jumps.
+  void shorten_horizon(int64_t k_schedule) {
     cap_ = std::max<int64_t>(1, k_schedule / 2);  // below horizon_min too: the schedule's floor, not the cap's
     ++fails_;
     if (fails_ >= 2) skip_left_ = (int64_t{1} << std::min<int64_t>(fails_ - 1, 30)) - 1;
@@ -614,7 +627,8 @@ class NowcastEngine final : public NowcastStrategy {
     const int64_t budget = static_cast<int64_t>(opt_.redo_budget * static_cast<double>(trainer.options().max_steps)) +
                            summary_.redo_credit;
     const int64_t cost = limited ? prediction_cost_steps(trainer) : 0;
-    if (limited && summary_.steps_redone + summary_.overhead_steps + cost + opt_.verify_after > budget) {
+    if (limited && summary_.steps_redone + summary_.steps_behind + summary_.overhead_steps + cost + opt_.verify_after >
+                       budget) {
       ++summary_.over_budget;
       summary_.jump_log.push_back(
           cost + opt_.verify_after > budget
@@ -680,15 +694,26 @@ class NowcastEngine final : public NowcastStrategy {
     const int64_t window = opt_.verify_after + 1;  // the jump's step and the real steps after it
     const PlainGuess guess = guess_plain(losses, interval_, window);
     const double before = guess.before, plain = guess.after;
-    const bool keep = std::isfinite(now) && now <= plain + tolerance_at(pending_k_) * std::abs(before);
-    int64_t lead = 0;
-    if (keep) {
+    const bool passed = std::isfinite(now) && now <= plain + tolerance_at(pending_k_) * std::abs(before);
+    // Failed, but below where it started: keeping it costs its lag behind plain, undoing the whole
+    // window again (keep_progress).
+    const bool behind = !passed && opt_.keep_progress && std::isfinite(now) && now < before;
+    const bool keep = passed || behind;
+    int64_t lead = 0, lag = 0;
+    if (passed) {
       load_params(current);
       count_success(pending_k_);
       if (opt_.redo_credit) {
         lead = std::min(steps_ahead_of_plain(before, plain, now, window), pending_k_ * interval_);
         summary_.redo_credit += lead;
       }
+    } else if (behind) {
+      load_params(current);
+      ++summary_.kept;
+      ++summary_.kept_behind;
+      shorten_horizon(pending_k_);
+      lag = steps_behind_plain(before, plain, now, window);
+      summary_.steps_behind += lag;
     } else {  // the weights are the pre-jump ones already
       restore_optimizer(trainer.optimizer(), optimizer_snapshot_);
       trainer.data().restore(cursor_);
@@ -704,11 +729,13 @@ class NowcastEngine final : public NowcastStrategy {
                                     " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
                                     fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", describe_trend(losses, guess),
                                     "): ",
-                                    keep ? "kept" : "undone",
-                                    lead > 0 ? cat(", ~", lead, " steps ahead of plain") : std::string()));
+                                    passed ? "kept" : behind ? "kept, though behind plain" : "undone",
+                                    lead > 0 ? cat(", ~", lead, " steps ahead of plain") : std::string(),
+                                    behind ? cat(" by ~", lag, " steps (undoing would cost ", window, ")") : std::string()));
     trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
     rec.extra["judged"] = 1.0;
     rec.extra["accepted"] = keep ? 1.0 : 0.0;
+    if (behind) rec.extra["behind"] = 1.0;
     rec.extra["probe_before"] = before;
     rec.extra["probe_after"] = now;
     rec.extra["probe_plain"] = plain;
@@ -734,16 +761,29 @@ class NowcastEngine final : public NowcastStrategy {
     return std::llround(trainer.collective().mean(steps));
   }
 
-  // Steps a kept jump is ahead of plain after its window: plain, carried on as the verdict
-  // extrapolates it (from before to plain over window steps, the same ratio or drop per step),
-  // would reach the jump's loss now after n steps; the lead is n - window. 0 where plain was not
-  // expected to improve or the jump is not below it.
+  // The steps plain, carried on as the verdict extrapolates it (from before to plain over window
+  // steps, the same ratio or drop per step), needs to reach the loss now. NaN where plain was not
+  // expected to improve.
+  static double plain_steps_to(double before, double plain, double now, int64_t window) {
+    if (!(plain < before)) return NAN;
+    return before > 0.0 && plain > 0.0 && now > 0.0
+               ? static_cast<double>(window) * std::log(now / before) / std::log(plain / before)
+               : static_cast<double>(window) * (before - now) / (before - plain);
+  }
+
+  // A kept jump's lead over plain after its window: n - window. 0 where plain was not expected
+  // to improve or the jump is not below it.
   static int64_t steps_ahead_of_plain(double before, double plain, double now, int64_t window) {
-    if (!(plain < before) || !(now < plain)) return 0;
-    const double n = before > 0.0 && plain > 0.0 && now > 0.0
-                         ? static_cast<double>(window) * std::log(now / before) / std::log(plain / before)
-                         : static_cast<double>(window) * (before - now) / (before - plain);
+    if (!(now < plain)) return 0;
+    const double n = plain_steps_to(before, plain, now, window);
     return std::isfinite(n) ? std::max<int64_t>(0, static_cast<int64_t>(n) - window) : 0;
+  }
+
+  // A jump kept behind plain (keep_progress) lags it by window - n, in [0, window]: the whole
+  // window where plain was not expected to improve.
+  static int64_t steps_behind_plain(double before, double plain, double now, int64_t window) {
+    const double n = plain_steps_to(before, plain, now, window);
+    return std::isfinite(n) ? std::clamp<int64_t>(window - static_cast<int64_t>(n), 0, window) : window;
   }
 
   void change_optimizer_state(Trainer& trainer) {

@@ -85,6 +85,16 @@ struct NowcastStrategyOptions {
   // runs) it turned the worst seed's 0.86x in steps to target into 1.25x and changed no other
   // run's; where later jumps failed, the run spent up to its lead on them (BENCHMARKS.md).
   bool redo_credit = true;
+  // A failed delayed verdict whose jump still made progress - its probe loss after the window
+  // below the loss of the weights it jumped from, though above plain's guess - is kept instead of
+  // undone. At the verdict the window is spent either way: undoing costs it once more (back to
+  // the pre-jump weights, the same steps again), keeping costs only the lag behind plain's guess
+  // (the steps plain would still have been ahead at its extrapolated rate), which is less. The
+  // lag is charged to the redo budget, so a run whose jumps all end behind plain stays within it;
+  // the horizon cap halves as after a failure. On FM-16, 5 of 26 undone held-out verdicts were
+  // such jumps, among them constant seed 3's only one (BENCHMARKS.md 9). Off: every failed
+  // verdict is undone.
+  bool keep_progress = false;
   // How many of the states before the jump plain's rate is fitted to (a least-squares line
   // through their probe losses, in log space where all are positive). 2: the ratio between the
   // last two, as above. More average out the noise of single states (on FM-16 the earlier of two
@@ -129,6 +139,8 @@ struct NowcastSummary {
   int64_t too_late = 0;       // delayed verification: jumps not made, too close to the end
   int64_t over_budget = 0;    // delayed verification: jumps not made, redo_budget spent
   int64_t redo_credit = 0;    // delayed verification: steps kept jumps paid into the redo budget
+  int64_t kept_behind = 0;    // keep_progress: of the kept, those behind plain's guess (not undone: cheaper)
+  int64_t steps_behind = 0;   // keep_progress: their lag behind plain's guess, charged to the redo budget
   int64_t overhead_steps = 0; // delayed verification with a budget: predictions charged to it, in mean step times
   int64_t skipped = 0;        // due while backing off after failures: not attempted
   int64_t recorded_states = 0;
