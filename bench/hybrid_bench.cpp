@@ -57,7 +57,8 @@ struct RunResult {
 // recorded state, on a 16-batch probe) or "-span-half" (the same, each jump half the predicted change)
 // or "-span-held" (the same, judged on 16 batches held out of training: needs --set
 // data.probe_fraction=F, which every mode then shares, so plain trains on the same images) or
-// "-span-keep" (span-held, keeping a failed jump that still made progress: nowcast.keep_progress).
+// "-span-keep" (span-held, keeping a failed jump that still made progress: nowcast.keep_progress) or
+// "-span-power" (span-held, plain's progress a power of the step: nowcast.plain_model=power).
 // The registered nowcaster a mode names ("own-gpt-late": "own-gpt", not "own"), or "" for none.
 std::string nowcast_model_of(const std::string& mode) {
   std::string best;
@@ -107,6 +108,10 @@ class Run {
       else if (variant == "span-horizon") c.set_override("nowcast.tolerance_by_horizon=true");
       else if (variant == "span-half") c.set_override("nowcast.jump_scale=0.5");
       else if (variant == "span-held") c.set_override("nowcast.probe_holdout=true");
+      else if (variant == "span-power") {
+        c.set_override("nowcast.probe_holdout=true");
+        c.set_override("nowcast.plain_model=power");
+      }
       else if (variant == "span-keep") {
         c.set_override("nowcast.probe_holdout=true");
         c.set_override("nowcast.keep_progress=true");
@@ -133,9 +138,10 @@ class Run {
     // "<nowcaster>-span-half": the same with each jump half the predicted change (nowcast.jump_scale).
     // "<nowcaster>-span-held": the same judged on the probe split (data held out of training).
     // "<nowcaster>-span-keep": span-held keeping failed jumps that still made progress
-    // (nowcast.keep_progress).
+    // (nowcast.keep_progress). "<nowcaster>-span-power": span-held with plain's progress guessed
+    // by a power of the step fitted to its first states (nowcast.plain_model=power).
     if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half" ||
-        variant == "span-held" || variant == "span-keep") {
+        variant == "span-held" || variant == "span-keep" || variant == "span-power") {
       c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
       c.set_override("nowcast.probe_batches=16");
     }
@@ -242,7 +248,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   for (const auto& spec : ht::nowcaster_registry())  // every nowcaster with every variant Run knows
     for (const std::string variant : {"", "-reset", "-rescale", "-noverify", "-search", "-late", "-long", "-span",
-                                      "-span-horizon", "-span-half", "-span-held", "-span-keep"})
+                                      "-span-horizon", "-span-half", "-span-held", "-span-keep", "-span-power"})
       all_modes.push_back(spec.name + variant);
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;
@@ -268,7 +274,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
                  "plain hybrid hybrid-batch lookahead snoo plain-average, or a nowcaster (wnn nino own ...) alone or with "
-                 "-reset -rescale -noverify -search -late -long -span -span-horizon -span-half -span-held -span-keep (plain is required: it sets the target)")
+                 "-reset -rescale -noverify -search -late -long -span -span-horizon -span-half -span-held -span-keep -span-power (plain is required: it sets the target)")
       ->check(CLI::IsMember(all_modes));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));

@@ -100,6 +100,10 @@ void NowcastStrategyOptions::validate() const {
     fail("trend_states", cat("= ", trend_states, ": must be in [2, ", kNowcastContext - window_recordings,
                              "] (5 states less the ", window_recordings, " the window of verify_after ", verify_after,
                              " records over)"));
+  if (plain_model != "trend" && plain_model != "power")
+    fail("plain_model", "= \"" + plain_model + "\": must be \"trend\" or \"power\"");
+  if (plain_model == "power" && verify_after == 0)
+    fail("plain_model", "= \"power\" needs delayed verification (verify_after > 0): it guesses plain's progress over the window");
   if (keep_progress && verify_after == 0)
     fail("keep_progress", "needs delayed verification (verify_after > 0): it keeps jumps whose window is spent");
   if (!(redo_budget >= 0.0 && redo_budget <= 1.0))
@@ -274,6 +278,8 @@ class NowcastEngine final : public NowcastStrategy {
     archive_io::put(a, "redo_credit", summary_.redo_credit);
     archive_io::put(a, "overhead_steps", summary_.overhead_steps);
     archive_io::put(a, "kept_behind", summary_.kept_behind);
+    archive_io::put(a, "exponent_fitted", static_cast<int64_t>(exponent_fitted_));
+    archive_io::put(a, "plain_exponent", std::isfinite(plain_exponent_) ? plain_exponent_ : -1.0);
     archive_io::put(a, "steps_behind", summary_.steps_behind);
     // A checkpoint inside a delayed-verification window keeps what judging and undoing need.
     archive_io::put(a, "pending", pending_);
@@ -316,6 +322,12 @@ class NowcastEngine final : public NowcastStrategy {
     summary_.redo_credit = archive_io::get_int_or(a, "redo_credit", 0);  // none paid in before it existed
     summary_.overhead_steps = archive_io::get_int_or(a, "overhead_steps", 0);  // none charged before it existed
     summary_.kept_behind = archive_io::get_int_or(a, "kept_behind", 0);      // nor kept behind plain
+    exponent_fitted_ = archive_io::get_int_or(a, "exponent_fitted", 0) != 0;  // nor a power fitted
+    if (exponent_fitted_) {
+      const double b = archive_io::get_double(a, "plain_exponent");
+      plain_exponent_ = b > 0.0 ? b : NAN;
+      summary_.plain_exponent = plain_exponent_;
+    }
     summary_.steps_behind = archive_io::get_int_or(a, "steps_behind", 0);
     pending_ = archive_io::get_bool(a, "pending");
     if (pending_) {
@@ -611,6 +623,31 @@ class NowcastEngine final : public NowcastStrategy {
     fails_ = 0;
   }
 
+  // plain_model = power: plain's exponent, from the probe losses of the five states before the
+  // first jump made, at steps jump_step - 4 x interval .. jump_step. No jump was kept before it,
+  // so they are plain's own trajectory. Once per run; the weights are the 5th state again after.
+  void fit_plain_exponent(Trainer& trainer, int64_t jump_step) {
+    const auto tp = Clock::now();
+    exponent_fitted_ = true;
+    const Batch probe = peek_probe(trainer);
+    std::vector<double> losses;
+    std::vector<int64_t> steps;
+    for (int64_t t = 0; t < kNowcastContext; ++t) {
+      load_params(states_[t]);
+      losses.push_back(probe_loss(trainer, probe));
+      steps.push_back(jump_step - (kNowcastContext - 1 - t) * interval_);
+    }
+    plain_exponent_ = fit_power_exponent(losses, steps);
+    summary_.plain_exponent = plain_exponent_;
+    summary_.probe_ms += ms_since(tp);
+    std::string line = cat("step ", jump_step, ": plain's probe loss ");
+    for (size_t i = 0; i < losses.size(); ++i) line += cat(i ? ", " : "", fixed(losses[i], 5), " at ", steps[i]);
+    summary_.jump_log.push_back(line + (std::isfinite(plain_exponent_)
+                                            ? cat(": falls as step^-", fixed(plain_exponent_, 3))
+                                            : std::string(": not falling; the verdicts use the trend")));
+    trainer.logger().on_message(Level::Info, "nowcast: " + summary_.jump_log.back());
+  }
+
   // Delayed verification's jump at step s + 1: what undoing it later needs is kept (the 5th
   // state is already the weights), the weights jump, training goes on from them. True when made.
   bool jump_to_judge_later(Trainer& trainer, int64_t s, StepRecord& rec) {
@@ -644,6 +681,7 @@ class NowcastEngine final : public NowcastStrategy {
     optimizer_snapshot_ = optimizer_snapshot(trainer.optimizer());
     summary_.optimizer_snapshot_bytes = std::max<int64_t>(summary_.optimizer_snapshot_bytes, optimizer_snapshot_.nbytes());
     random_state_ = cpu_random_state();
+    if (opt_.plain_model == "power" && !exponent_fitted_) fit_plain_exponent(trainer, s + 1);
     predict_into_params(k);
     summary_.overhead_steps += cost;
     rec.extra["nowcast_jump"] = 1.0;
@@ -692,7 +730,8 @@ class NowcastEngine final : public NowcastStrategy {
     }
     summary_.probe_ms += ms_since(tp);
     const int64_t window = opt_.verify_after + 1;  // the jump's step and the real steps after it
-    const PlainGuess guess = guess_plain(losses, interval_, window);
+    PlainGuess guess = guess_plain(losses, interval_, window);
+    if (std::isfinite(plain_exponent_)) guess = guess_plain_power(losses.back(), plain_exponent_, jump_step_, window);
     const double before = guess.before, plain = guess.after;
     const bool passed = std::isfinite(now) && now <= plain + tolerance_at(pending_k_) * std::abs(before);
     // Failed, but below where it started: keeping it costs its lag behind plain, undoing the whole
@@ -704,7 +743,7 @@ class NowcastEngine final : public NowcastStrategy {
       load_params(current);
       count_success(pending_k_);
       if (opt_.redo_credit) {
-        lead = std::min(steps_ahead_of_plain(before, plain, now, window), pending_k_ * interval_);
+        lead = std::min(steps_ahead_of_plain(guess, now, window), pending_k_ * interval_);
         summary_.redo_credit += lead;
       }
     } else if (behind) {
@@ -712,7 +751,7 @@ class NowcastEngine final : public NowcastStrategy {
       ++summary_.kept;
       ++summary_.kept_behind;
       shorten_horizon(pending_k_);
-      lag = steps_behind_plain(before, plain, now, window);
+      lag = steps_behind_plain(guess, now, window);
       summary_.steps_behind += lag;
     } else {  // the weights are the pre-jump ones already
       restore_optimizer(trainer.optimizer(), optimizer_snapshot_);
@@ -761,28 +800,19 @@ class NowcastEngine final : public NowcastStrategy {
     return std::llround(trainer.collective().mean(steps));
   }
 
-  // The steps plain, carried on as the verdict extrapolates it (from before to plain over window
-  // steps, the same ratio or drop per step), needs to reach the loss now. NaN where plain was not
-  // expected to improve.
-  static double plain_steps_to(double before, double plain, double now, int64_t window) {
-    if (!(plain < before)) return NAN;
-    return before > 0.0 && plain > 0.0 && now > 0.0
-               ? static_cast<double>(window) * std::log(now / before) / std::log(plain / before)
-               : static_cast<double>(window) * (before - now) / (before - plain);
-  }
-
-  // A kept jump's lead over plain after its window: n - window. 0 where plain was not expected
-  // to improve or the jump is not below it.
-  static int64_t steps_ahead_of_plain(double before, double plain, double now, int64_t window) {
-    if (!(now < plain)) return 0;
-    const double n = plain_steps_to(before, plain, now, window);
+  // A kept jump's lead over plain after its window: the steps plain, carried on as the verdict
+  // guessed it, needs to reach the jump's loss, less the window. 0 where plain was not expected to
+  // improve or the jump is not below it.
+  static int64_t steps_ahead_of_plain(const PlainGuess& plain, double now, int64_t window) {
+    if (!(now < plain.after)) return 0;
+    const double n = plain.steps_to(now, window);
     return std::isfinite(n) ? std::max<int64_t>(0, static_cast<int64_t>(n) - window) : 0;
   }
 
   // A jump kept behind plain (keep_progress) lags it by window - n, in [0, window]: the whole
   // window where plain was not expected to improve.
-  static int64_t steps_behind_plain(double before, double plain, double now, int64_t window) {
-    const double n = plain_steps_to(before, plain, now, window);
+  static int64_t steps_behind_plain(const PlainGuess& plain, double now, int64_t window) {
+    const double n = plain.steps_to(now, window);
     return std::isfinite(n) ? std::clamp<int64_t>(window - static_cast<int64_t>(n), 0, window) : window;
   }
 
@@ -816,7 +846,9 @@ class NowcastEngine final : public NowcastStrategy {
   bool pending_ = false;
   int64_t jump_step_ = 0;
   int64_t pending_k_ = 0;
-  int64_t trend_from_ = 0;  // the oldest state before the jump still held (a checkpoint may lack some)
+  int64_t trend_from_ = 0;
+  bool exponent_fitted_ = false;  // plain_model = power: tried once, at the first jump made
+  double plain_exponent_ = NAN;   // its b; NaN: the verdicts use the trend  // the oldest state before the jump still held (a checkpoint may lack some)
   int64_t real_steps_ = 0;      // real steps since this engine started (summary_.real_ms's count)
   double ms_per_scalar_ = -1.0;  // a prediction's time per scalar, found at the first jump decision
   DataCursor cursor_;

@@ -55,6 +55,8 @@ ht::NowcasterFactory scripted(ScriptedNowcaster::Rule rule, std::vector<int64_t>
 
 // Known good on the bowl (minimum at w = 1): halfway from the current weights to the minimum.
 at::Tensor halfway_to_one(const std::vector<at::Tensor>& s, int64_t) { return s[4] + 0.5 * (1.0 - s[4]); }
+// Gains nothing: the weights where they are (the jump's step is lost, nothing else).
+at::Tensor stay(const std::vector<at::Tensor>& s, int64_t) { return s[4].clone(); }
 // Known bad anywhere: every weight pushed by +3.
 at::Tensor push_away(const std::vector<at::Tensor>& s, int64_t) { return s[4] + 3.0; }
 // Plausible on a descent: the drift over the 4 recorded intervals, continued k / 8 of the way.
@@ -71,6 +73,23 @@ ht::NowcastStrategyOptions options(int64_t period, int64_t horizon_max) {
 }
 
 std::vector<at::Tensor> params_of(toy::MlpRun& run) { return run.optimizer->parameters(); }
+
+// The bowl at a small rate (plain's loss falls ~1.6 % a step early on) with delayed verification:
+// period 20 (a state every 4 steps), each jump judged 3 real steps after it, `change` the rest.
+std::unique_ptr<toy::BowlRun> slow_bowl(int64_t steps, ScriptedNowcaster::Rule rule,
+                                        const std::function<void(ht::NowcastStrategyOptions&)>& change) {
+  ht::NowcastStrategyOptions o = options(20, 8);
+  o.verify_after = 3;
+  o.redo_budget = 0;
+  change(o);
+  auto run = std::make_unique<toy::BowlRun>(steps, 0.01);
+  run->trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(std::move(rule))));
+  return run;
+}
+
+const ht::NowcastSummary& summary_of(toy::BowlRun& run) {
+  return dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
+}
 
 // A strategy's saved state as an older version wrote it: the same scalars and tensors, less the
 // keys `dropped` says a later version added.
@@ -475,17 +494,11 @@ TEST(NowcastStrategy, AKeptJumpPaysItsLeadIntoTheRedoBudget) {
     auto first_good = [calls](const std::vector<at::Tensor>& s, int64_t k) {
       return (*calls)++ == 0 ? halfway_to_one(s, k) : push_away(s, k);
     };
-    ht::NowcastStrategyOptions o = options(20, 8);
-    o.horizon_min = 8;
-    o.verify_after = 3;
-    o.redo_budget = 0.02;
-    o.redo_credit = credit;
-    auto run = std::make_unique<toy::BowlRun>(200, 0.01);
-    run->trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(first_good)));
-    return run;
-  };
-  auto summary_of = [](toy::BowlRun& run) {
-    return dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
+    return slow_bowl(200, first_good, [credit](ht::NowcastStrategyOptions& o) {
+      o.horizon_min = 8;
+      o.redo_budget = 0.02;
+      o.redo_credit = credit;
+    });
   };
   auto credited = start(true, std::make_shared<int>(0));
   credited->trainer->fit();
@@ -515,6 +528,85 @@ TEST(NowcastStrategy, AKeptJumpPaysItsLeadIntoTheRedoBudget) {
   EXPECT_EQ(summary_of(*resumed).redo_credit, 32);
   EXPECT_EQ(summary_of(*resumed).steps_redone, 12);
   EXPECT_TRUE(torch::equal(resumed->bowl->w, credited->bowl->w));
+}
+
+TEST(NowcastStrategy, AFailedJumpThatStillMadeProgressIsKeptWithItsLagCharged) {
+  // A jump that does not move the weights loses its step: after its window (the jump's step and
+  // 3 real ones) the bowl is at plain's 22nd step, below the weights it jumped from (19th) but
+  // above plain's guess for step 23. Undoing would redo 4 steps to be 1 ahead of that; keeping
+  // leaves the run exactly one step behind plain, and charges that lag (by the verdict's
+  // extrapolation: above 0, under the window) to the redo budget. Off, the jump is undone. A jump
+  // that ends above where it started (+3) is undone either way. A resume keeps the count.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("behind.ht");
+  auto start = [](bool keep_progress, ScriptedNowcaster::Rule rule) {
+    return slow_bowl(40, std::move(rule), [keep_progress](ht::NowcastStrategyOptions& o) { o.keep_progress = keep_progress; });
+  };
+  toy::BowlRun plain(40, 0.01);
+  for (int i = 0; i < 22; ++i) plain.trainer->train_step();
+
+  auto kept = start(true, stay);
+  for (int i = 0; i < 23; ++i) kept->trainer->train_step();
+  EXPECT_TRUE(torch::equal(kept->bowl->w, plain.bowl->w));  // the window ends on plain's 22nd step
+  const ht::StepRecord verdict = kept->trainer->train_step();  // step 24 judges the jump at 20
+  EXPECT_EQ(verdict.extra.at("accepted"), 1.0);
+  EXPECT_EQ(verdict.extra.at("behind"), 1.0);
+  EXPECT_LT(verdict.extra.at("probe_after"), verdict.extra.at("probe_before"));
+  EXPECT_GT(verdict.extra.at("probe_after"), verdict.extra.at("probe_plain"));
+  plain.trainer->train_step();
+  EXPECT_TRUE(torch::equal(kept->bowl->w, plain.bowl->w));  // kept: one step behind plain from here on
+  ht::NowcastSummary s = summary_of(*kept);
+  EXPECT_EQ(s.kept, 1);
+  EXPECT_EQ(s.kept_behind, 1);
+  EXPECT_EQ(s.undone, 0);
+  EXPECT_EQ(s.steps_redone, 0);
+  EXPECT_GT(s.steps_behind, 0);
+  EXPECT_LT(s.steps_behind, 4);
+  EXPECT_NE(s.jump_log[0].find("kept, though behind plain by ~"), std::string::npos) << s.jump_log[0];
+  EXPECT_NE(s.to_string().find("1 of them behind plain"), std::string::npos) << s.to_string();
+
+  auto undone = start(false, stay);
+  for (int i = 0; i < 24; ++i) undone->trainer->train_step();
+  EXPECT_EQ(summary_of(*undone).undone, 1);
+  EXPECT_EQ(summary_of(*undone).kept_behind, 0);
+
+  auto worse = start(true, push_away);
+  for (int i = 0; i < 24; ++i) worse->trainer->train_step();
+  EXPECT_EQ(summary_of(*worse).undone, 1);
+  EXPECT_EQ(summary_of(*worse).kept, 0);
+
+  auto first = start(true, stay);
+  for (int i = 0; i < 30; ++i) first->trainer->train_step();
+  first->trainer->save_checkpoint(path);
+  auto resumed = start(true, stay);
+  resumed->trainer->load_checkpoint(path);
+  EXPECT_EQ(summary_of(*resumed).kept_behind, 1);
+  EXPECT_EQ(summary_of(*resumed).steps_behind, summary_of(*first).steps_behind);
+}
+
+TEST(NowcastStrategy, APowerFittedToPlainsFirstStatesIsTheVerdictsYardstick) {
+  // plain_model = power: at the first jump (step 20) the five states' probe losses (steps 4-20)
+  // give b; the verdict carries the pre-jump loss on by (24 / 20)^-b, and a resume keeps b.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("power.ht");
+  auto start = [] { return slow_bowl(40, halfway_to_one, [](ht::NowcastStrategyOptions& o) { o.plain_model = "power"; }); };
+  auto run = start();
+  for (int i = 0; i < 23; ++i) run->trainer->train_step();
+  const ht::StepRecord verdict = run->trainer->train_step();
+  const ht::NowcastSummary& s = summary_of(*run);
+  ASSERT_TRUE(std::isfinite(s.plain_exponent));
+  EXPECT_GT(s.plain_exponent, 0.0);
+  EXPECT_NEAR(verdict.extra.at("probe_plain"),
+              verdict.extra.at("probe_before") * std::pow(24.0 / 20.0, -s.plain_exponent), 1e-9);
+  EXPECT_EQ(verdict.extra.at("accepted"), 1.0);
+  ASSERT_GE(s.jump_log.size(), 2u);
+  EXPECT_NE(s.jump_log[0].find("at 4, "), std::string::npos) << s.jump_log[0];
+  EXPECT_NE(s.jump_log[0].find(": falls as step^-"), std::string::npos) << s.jump_log[0];
+  EXPECT_NE(s.jump_log[1].find("plain falling as step^-"), std::string::npos) << s.jump_log[1];
+  run->trainer->save_checkpoint(path);
+  auto resumed = start();
+  resumed->trainer->load_checkpoint(path);
+  EXPECT_EQ(summary_of(*resumed).plain_exponent, s.plain_exponent);
 }
 
 TEST(NowcastStrategy, StateSavedBeforeTheRedoCreditExistedStillLoads) {
@@ -784,6 +876,10 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.trend_states = 1; }), "trend_states = 1: must be in [2, 5]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 250, o.trend_states = 5; }),
                        "trend_states = 5: must be in [2, 4] (5 states less the 1 the window of verify_after 250 records over)"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.keep_progress = true; }), "keep_progress needs delayed verification"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.plain_model = "linear"; }),
+                       "plain_model = \"linear\": must be \"trend\" or \"power\""));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.plain_model = "power"; }), "needs delayed verification"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_kinds = "weights"; }),

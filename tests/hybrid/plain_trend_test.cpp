@@ -65,3 +65,36 @@ TEST(PlainTrend, TheLogLineNamesWhatTheVerdictSaw) {
   const std::string s = ht::describe_trend(four, ht::guess_plain(four, 10, 5));
   EXPECT_NE(s.find("before the jump by the trend of 0.50000 0.45000 0.42000 0.40000"), std::string::npos) << s;
 }
+
+TEST(PlainTrend, APowerOfTheStepIsFittedExactlyAndCarriedOn) {
+  // loss(t) = 2 t^-0.4: five states 200 steps apart recover b, and plain carried on from step
+  // 1000 over 251 steps lands on the curve; steps_to inverts it (the window for plain's own
+  // loss, more for a lower one).
+  auto curve = [](double t) { return 2.0 * std::pow(t, -0.4); };
+  std::vector<double> losses;
+  std::vector<int64_t> steps;
+  for (int64_t t = 200; t <= 1000; t += 200) {
+    steps.push_back(t);
+    losses.push_back(curve(static_cast<double>(t)));
+  }
+  const double b = ht::fit_power_exponent(losses, steps);
+  EXPECT_NEAR(b, 0.4, 1e-12);
+  const ht::PlainGuess g = ht::guess_plain_power(curve(1000.0), b, 1000, 251);
+  EXPECT_NEAR(g.after, curve(1251.0), 1e-12);
+  EXPECT_NEAR(g.steps_to(g.after, 251), 251.0, 1e-9);
+  EXPECT_NEAR(g.steps_to(curve(2000.0), 251), 1000.0, 1e-9);
+  EXPECT_NE(ht::describe_trend({0.5, 0.4}, g).find("plain falling as step^-0.400"), std::string::npos);
+}
+
+TEST(PlainTrend, NoPowerIsFittedToACurveThatDoesNotFall) {
+  EXPECT_TRUE(std::isnan(ht::fit_power_exponent({0.40, 0.41, 0.42}, {200, 400, 600})));
+  EXPECT_TRUE(std::isnan(ht::fit_power_exponent({0.40, -0.1, 0.3}, {200, 400, 600})));  // not all positive
+  EXPECT_THROW(ht::fit_power_exponent({0.4}, {200}), std::invalid_argument);
+  EXPECT_THROW(ht::guess_plain_power(0.4, 0.0, 1000, 251), std::invalid_argument);
+}
+
+TEST(PlainTrend, TheTrendsStepsToInvertItsGuess) {
+  const ht::PlainGuess g = ht::guess_plain({0.5, 0.4}, 200, 251);
+  EXPECT_NEAR(g.steps_to(g.after, 251), 251.0, 1e-9);
+  EXPECT_TRUE(std::isnan(ht::guess_plain({0.4, 0.5}, 200, 251).steps_to(0.3, 251)));  // no progress expected
+}
