@@ -80,6 +80,26 @@ void check_same_model(const Config& stored, const Config& requested, const std::
     throw mismatch("model.preset", stored.get_string("model.preset"), requested.get_string("model.preset"));
 }
 
+// The checkpoint's data cursor counts batches of one split of one dataset: every key that changes
+// which items are trained on, or how many make a batch, agrees, or CheckpointMismatch names it.
+// (Where the files lie, data.path and data.fashion_mnist_dir, may change.) Without this a run
+// resumed with another data.probe_fraction went on over another training set in another order.
+void check_same_data(const Config& stored, const Config& requested, const std::string& path) {
+  auto check = [&](const char* key, const std::string& saved, const std::string& asked) {
+    if (saved != asked)
+      throw CheckpointMismatch("checkpoint '" + path + "' was trained with " + key + " = " + saved +
+                               ", this command asks for " + asked +
+                               ". The keys that choose the training data and its batches (data.dataset, data.batch_size, "
+                               "data.context, data.val_fraction, data.probe_fraction) must match the checkpoint to resume "
+                               "its data order: drop the override, or use an out_dir of its own for another split");
+  };
+  check("data.dataset", stored.get_string("data.dataset"), requested.get_string("data.dataset"));
+  for (const char* key : {"data.batch_size", "data.context"})
+    check(key, std::to_string(stored.get_int(key)), std::to_string(requested.get_int(key)));
+  for (const char* key : {"data.val_fraction", "data.probe_fraction"})
+    check(key, fmt::format("{}", stored.get_float(key)), fmt::format("{}", requested.get_float(key)));
+}
+
 Config config_of_checkpoint(const std::string& path, const std::vector<std::string>& overrides,
                             const CheckpointSummary& summary) {
   const Config stored = Config::from_stored(summary.config_text, path + " (stored config)");
@@ -102,6 +122,7 @@ std::string check_resumable_model(const Config& c, const std::vector<std::string
     }
     const Config stored = Config::from_stored(summary.config_text, path + " (stored config)");
     check_same_model(stored, c, path);
+    check_same_data(stored, c, path);
     const std::string was = stored.get_string("train.precision"), now = c.get_string("train.precision");
     if (was == now) return "";
     return "resuming '" + path + "', trained with train.precision = " + was + ", in " + now +

@@ -339,11 +339,17 @@ TEST(Cli, NowcastModeJumpsResumesMidPeriodAndNamesBadKeys) {
   EXPECT_NE(r.output.find("nowcast (nino): 5 steps, 1 jumps"), std::string::npos) << r.output;
 
   // Judged on text held out of training (the 1 % before the validation tail) instead of peeked batches.
-  r = run("train " + small_gpt(scratch("nowcast-d")) +
+  const std::string held = scratch("nowcast-d");
+  r = run("train " + small_gpt(held) +
           " run.mode=nowcast nowcast.period=5 train.steps=5 run.threads=1 data.probe_fraction=0.01 nowcast.probe_holdout=true");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("M validation / 0.04M probe tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nowcast (wnn): 5 steps, 1 jumps"), std::string::npos) << r.output;
+  // Resumed on another split it would train on other tokens in another order: refused, naming the key.
+  r = run("train " + small_gpt(held) +
+          " run.mode=nowcast nowcast.period=5 train.steps=10 run.threads=1 data.probe_fraction=0.02 nowcast.probe_holdout=true");
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("data.probe_fraction = 0.01, this command asks for 0.02"), std::string::npos) << r.output;
   r = run("train " + small_gpt(scratch("nowcast-bad")) + " run.mode=nowcast nowcast.probe_holdout=true");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("set data.probe_fraction"), std::string::npos) << r.output;
