@@ -846,9 +846,9 @@ class NowcastEngine final : public NowcastStrategy {
   bool pending_ = false;
   int64_t jump_step_ = 0;
   int64_t pending_k_ = 0;
-  int64_t trend_from_ = 0;
+  int64_t trend_from_ = 0;  // the oldest state before the jump still held (a checkpoint may lack some)
   bool exponent_fitted_ = false;  // plain_model = power: tried once, at the first jump made
-  double plain_exponent_ = NAN;   // its b; NaN: the verdicts use the trend  // the oldest state before the jump still held (a checkpoint may lack some)
+  double plain_exponent_ = NAN;   // its b; NaN: the verdicts use the trend
   int64_t real_steps_ = 0;      // real steps since this engine started (summary_.real_ms's count)
   double ms_per_scalar_ = -1.0;  // a prediction's time per scalar, found at the first jump decision
   DataCursor cursor_;
