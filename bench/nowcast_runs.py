@@ -39,8 +39,14 @@ def tail_mean(d, mode, share):
 
 def pool(dirs, mode, share):
     speed, steps, lower, tail_lower = [], [], 0, 0
+    done = []
     for d in dirs:
-        by_mode = {r["mode"]: r for r in rows(d)}
+        # A run still in progress has no summary yet (or no row for the mode): said, left out.
+        by_mode = {r["mode"]: r for r in rows(d)} if os.path.exists(os.path.join(d, "hybrid_summary.csv")) else {}
+        if "plain" not in by_mode or mode not in by_mode:
+            print(f"{d}: no finished plain and {mode} rows (in progress, or another mode): left out")
+            continue
+        done.append(d)
         plain, run = by_mode["plain"], by_mode[mode]
         # A run that never reached the target has no ratio (nan): it counts as 0x, below all others.
         s, k = (0.0 if x != x else x for x in (float(run["speedup_vs_plain"]), float(run["step_ratio_vs_plain"])))
@@ -52,6 +58,9 @@ def pool(dirs, mode, share):
         tail_lower += tr <= tp
         print(f"{d}: {s:.2f}x [{k:.2f}x], final {fr:.4f} ({fp:.4f}), last {share:.0%} mean {tr:.4f} ({tp:.4f}), "
               f"total {float(run['total_seconds']) / float(plain['total_seconds']) - 1:+.1%}")
+    if not done:
+        raise SystemExit("no finished runs")
+    dirs = done
     print(f"{len(dirs)} runs: median {statistics.median(speed):.2f}x wall-clock ({min(speed):.2f}-{max(speed):.2f}x), "
           f"{statistics.median(steps):.2f}x in steps; final loss lower in {lower} of {len(dirs)}, "
           f"mean over the last {share:.0%} of evaluations no higher in {tail_lower} of {len(dirs)}")
