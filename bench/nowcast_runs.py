@@ -4,6 +4,8 @@
 """Usage:
   python3 bench/nowcast_runs.py [--mode wnn-span] [--tail 0.2] DIR ...  per run and median over
       the runs: time to target, final loss and the mean over the last 20 % of evaluations
+  python3 bench/nowcast_runs.py --smooth 3 DIR ...  the same, with time to target recomputed on
+      curves averaged over 3 evaluations centred on each (the target is then not one noisy minimum)
   python3 bench/nowcast_runs.py --replay-tolerance 0.1 DIR ... kept jumps a tolerance of
       T x k / 40 (shrinking with the horizon) would have undone, from each run's verdict lines
 Each DIR holds hybrid_summary.csv and the run's output as DIR/log or DIR.log."""
@@ -37,7 +39,41 @@ def tail_mean(d, mode, share):
     return statistics.mean(float(r["val_loss"]) for r in curve if int(r["step"]) >= (1 - share) * end)
 
 
-def pool(dirs, mode, share):
+def curve_of(d, mode):
+    """[(step, seconds, val_loss)] of one mode, in step order."""
+    with open(os.path.join(d, "hybrid_curves.csv")) as f:
+        return [(int(r["step"]), float(r["seconds"]), float(r["val_loss"])) for r in csv.DictReader(f) if r["mode"] == mode]
+
+
+def smoothed(curve, width):
+    """Each evaluation replaced by the mean of the `width` centred on it (fewer at the ends); the
+    step-0 evaluation is kept as it is and left out of its neighbours' means."""
+    half, out = width // 2, [curve[0]]
+    for i in range(1, len(curve)):
+        window = curve[max(1, i - half):i + half + 1]
+        out.append((curve[i][0], curve[i][1], statistics.mean(p[2] for p in window)))
+    return out
+
+
+def to_target(curve, target):
+    """(seconds, steps) of the first point at or below target, interpolated as hybrid_bench does."""
+    for (s0, t0, v0), (s1, t1, v1) in zip(curve, curve[1:]):
+        if v1 <= target:
+            f = 1.0 if v0 == v1 else (v0 - target) / (v0 - v1)
+            return t0 + f * (t1 - t0), s0 + f * (s1 - s0)
+    return float("nan"), float("nan")
+
+
+def ratios_on_smoothed(d, mode, width):
+    """hybrid_bench's best80 rule (plain's best within 80 % of its steps) on smoothed curves."""
+    plain, run = smoothed(curve_of(d, "plain"), width), smoothed(curve_of(d, mode), width)
+    end = plain[-1][0]
+    target = min(v for s, _, v in plain if 0 < s <= 0.8 * end)
+    (tp, sp), (tr, sr) = to_target(plain, target), to_target(run, target)
+    return tp / tr, sp / sr
+
+
+def pool(dirs, mode, share, smooth=1):
     speed, steps, lower, tail_lower = [], [], 0, 0
     done = []
     for d in dirs:
@@ -49,7 +85,8 @@ def pool(dirs, mode, share):
         done.append(d)
         plain, run = by_mode["plain"], by_mode[mode]
         # A run that never reached the target has no ratio (nan): it counts as 0x, below all others.
-        s, k = (0.0 if x != x else x for x in (float(run["speedup_vs_plain"]), float(run["step_ratio_vs_plain"])))
+        ratios = (float(run["speedup_vs_plain"]), float(run["step_ratio_vs_plain"])) if smooth == 1 else ratios_on_smoothed(d, mode, smooth)
+        s, k = (0.0 if x != x else x for x in ratios)
         fp, fr = float(plain["final_val_loss"]), float(run["final_val_loss"])
         tp, tr = tail_mean(d, "plain", share), tail_mean(d, mode, share)
         speed.append(s)
@@ -61,6 +98,8 @@ def pool(dirs, mode, share):
     if not done:
         raise SystemExit("no finished runs")
     dirs = done
+    if smooth > 1:
+        print(f"time to target on curves averaged over {smooth} evaluations")
     print(f"{len(dirs)} runs: median {statistics.median(speed):.2f}x wall-clock ({min(speed):.2f}-{max(speed):.2f}x), "
           f"{statistics.median(steps):.2f}x in steps; final loss lower in {lower} of {len(dirs)}, "
           f"mean over the last {share:.0%} of evaluations no higher in {tail_lower} of {len(dirs)}")
@@ -89,5 +128,9 @@ if __name__ == "__main__":
     ap.add_argument("--mode", default="wnn-span")
     ap.add_argument("--replay-tolerance", type=float)
     ap.add_argument("--tail", type=float, default=0.2, help="share of the run whose evaluations are averaged")
+    ap.add_argument("--smooth", type=int, default=1, help="odd number of evaluations the curves are averaged over "
+                    "before time to target is read (1: hybrid_bench's own figures)")
     a = ap.parse_args()
-    replay(a.dirs, a.replay_tolerance) if a.replay_tolerance is not None else pool(a.dirs, a.mode, a.tail)
+    if a.smooth < 1 or a.smooth % 2 == 0:
+        ap.error(f"--smooth {a.smooth}: give an odd count of evaluations (1, 3, 5, ...), centred on each")
+    replay(a.dirs, a.replay_tolerance) if a.replay_tolerance is not None else pool(a.dirs, a.mode, a.tail, a.smooth)
