@@ -8,13 +8,23 @@
       curves averaged over 3 evaluations centred on each (the target is then not one noisy minimum)
   python3 bench/nowcast_runs.py --replay-tolerance 0.1 DIR ... kept jumps a tolerance of
       T x k / 40 (shrinking with the horizon) would have undone, from each run's verdict lines
+  python3 bench/nowcast_runs.py --verdicts [--late-from 3000] DIR ...  the mode's delayed verdicts
+      tallied: kept and undone before and from step 3000, undone jumps that ended above their
+      pre-jump loss, and how far apart the probe losses of the two states before a jump are
+  python3 bench/nowcast_runs.py --yardstick [--late-from 3000] DIR ...  how well plain's next
+      evaluation is guessed from its earlier ones, on plain's own curves: the verdict's yardstick
+      (carry the last two on at their rate, a rise counting as flat), no progress, and a fitted
+      trend of four; rms and mean of log(actual / guess) from step 3000 on
 Each DIR holds hybrid_summary.csv and the run's output as DIR/log or DIR.log."""
 import argparse
 import csv
+import math
 import os
 import re
 import statistics
 
+RESULT = re.compile(r"^\S+ seed \d+ (\S+)\s+target ")
+EARLIER = re.compile(r"\(([\d.]+) before the jump, ([\d.]+) a recording earlier\)")
 VERDICT = re.compile(r"step (\d+): k (\d+) .*probe loss ([\d.]+) against plain's ~([\d.]+) \(([\d.]+) before the jump.*: (kept|undone)")
 
 
@@ -122,15 +132,98 @@ def replay(dirs, tolerance, horizon_max=40):
     print(f"{changed} of {len(dirs)} runs change")
 
 
+def verdicts_of(d, mode):
+    """[(step, kept, now, before, earlier or None)] of `mode`'s verdict lines in the run's log: they
+    follow the mode's result line (hybrid_bench prints each mode's nowcast log under its result)."""
+    out, current = [], None
+    for line in open(log_of(d)):
+        r = RESULT.match(line)
+        if r:
+            current = r.group(1)
+            continue
+        m = VERDICT.search(line)
+        if current != mode or not m:
+            continue
+        step, _, now, _, before, verdict = m.groups()
+        e = EARLIER.search(line)
+        out.append((int(step), verdict == "kept", float(now), float(before), float(e.group(2)) if e else None))
+    return out
+
+
+def verdicts(dirs, mode, late_from):
+    """Kept and undone jumps before and from `late_from`, undone ones that ended above the loss
+    they started from, and the spread between the probe losses of the two states before each late
+    jump (200 steps apart on FM-16): the noise a single state's verdict has to live with."""
+    bands = {"early": [0, 0, 0], "late": [0, 0, 0]}  # kept, undone, undone above the pre-jump loss
+    diffs = []
+    for d in dirs:
+        vs = verdicts_of(d, mode)
+        print(f"{d}: " + (", ".join(f"{s} {'kept' if k else 'undone'}" for s, k, *_ in vs) or f"no {mode} verdicts"))
+        for step, kept, now, before, earlier in vs:
+            b = bands["late" if step >= late_from else "early"]
+            b[0 if kept else 1] += 1
+            b[2] += (not kept) and now > before
+            if step >= late_from and earlier is not None:
+                diffs.append(before - earlier)
+    for name, (kept, undone, above) in bands.items():
+        where = f"before step {late_from}" if name == "early" else f"from step {late_from} on"
+        print(f"jumps {where}: {kept} kept, {undone} undone ({above} of them above their pre-jump loss)")
+    if diffs:
+        print(f"probe loss of the state before a late jump minus the one a recording earlier, {len(diffs)} verdicts: "
+              f"{min(diffs):+.3f} to {max(diffs):+.3f}, median {statistics.median(diffs):+.3f}, "
+              f"rms {statistics.mean(x * x for x in diffs) ** 0.5:.3f}")
+
+
+def yardstick_errors(curve, late_from):
+    """log(actual / guess) of each evaluation from `late_from` on, guessed from the ones before it
+    (plain's run: no jumps, so the guess's error is the yardstick's own): the verdict's two-point
+    rate (a rise counted as flat), no progress, and a least-squares line through the last four
+    log losses (falling or flat)."""
+    out = {"two-point rate": [], "no progress": [], "fitted trend of 4": []}
+    losses = [v for _, _, v in curve]
+    for i in range(4, len(curve) - 1):
+        if curve[i][0] < late_from:
+            continue
+        actual = math.log(losses[i + 1])
+        out["two-point rate"].append(actual - math.log(losses[i] * min(losses[i] / losses[i - 1], 1.0)))
+        out["no progress"].append(actual - math.log(losses[i]))
+        ys = [math.log(v) for v in losses[i - 3:i + 1]]
+        slope = min(sum((x - 1.5) * (y - statistics.mean(ys)) for x, y in enumerate(ys)) / 5.0, 0.0)
+        out["fitted trend of 4"].append(actual - (statistics.mean(ys) + slope * 2.5))
+    return out
+
+
+def yardstick(dirs, late_from):
+    pooled = {}
+    for d in dirs:
+        for name, errs in yardstick_errors(curve_of(d, "plain"), late_from).items():
+            pooled.setdefault(name, []).extend(errs)
+    n = len(next(iter(pooled.values())))
+    print(f"plain's next evaluation from step {late_from} on, {n} guesses over {len(dirs)} runs: log(actual / guess)")
+    for name, errs in pooled.items():
+        rms = statistics.mean(e * e for e in errs) ** 0.5
+        print(f"  {name:18s} rms {rms:.3f}, mean {statistics.mean(errs):+.3f}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--mode", default="wnn-span")
     ap.add_argument("--replay-tolerance", type=float)
+    ap.add_argument("--verdicts", action="store_true", help="tally the mode's delayed verdicts (see above)")
+    ap.add_argument("--yardstick", action="store_true", help="errors of plain's guessed progress (see above)")
+    ap.add_argument("--late-from", type=int, default=3000, help="first step counted as late (--verdicts, --yardstick)")
     ap.add_argument("--tail", type=float, default=0.2, help="share of the run whose evaluations are averaged")
     ap.add_argument("--smooth", type=int, default=1, help="odd number of evaluations the curves are averaged over "
                     "before time to target is read (1: hybrid_bench's own figures)")
     a = ap.parse_args()
     if a.smooth < 1 or a.smooth % 2 == 0:
         ap.error(f"--smooth {a.smooth}: give an odd count of evaluations (1, 3, 5, ...), centred on each")
-    replay(a.dirs, a.replay_tolerance) if a.replay_tolerance is not None else pool(a.dirs, a.mode, a.tail, a.smooth)
+    if a.yardstick:
+        yardstick(a.dirs, a.late_from)
+    elif a.verdicts:
+        verdicts(a.dirs, a.mode, a.late_from)
+    elif a.replay_tolerance is not None:
+        replay(a.dirs, a.replay_tolerance)
+    else:
+        pool(a.dirs, a.mode, a.tail, a.smooth)
