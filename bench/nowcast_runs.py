@@ -13,8 +13,9 @@
       pre-jump loss, and how far apart the probe losses of the two states before a jump are
   python3 bench/nowcast_runs.py --yardstick [--late-from 3000] DIR ...  how well plain's next
       evaluation is guessed from its earlier ones, on plain's own curves: the verdict's yardstick
-      (carry the last two on at their rate, a rise counting as flat), no progress, and a fitted
-      trend of four; rms and mean of log(actual / guess) from step 3000 on
+      (carry the last two on at their rate, a rise counting as flat), no progress, a fitted trend
+      of four, a power of the step fitted to the first 1000 steps (nowcast.plain_model=power);
+      rms and mean of log(actual / guess), steps 1000-2999 and from 3000 on
 Each DIR holds hybrid_summary.csv and the run's output as DIR/log or DIR.log."""
 import argparse
 import csv
@@ -174,35 +175,50 @@ def verdicts(dirs, mode, late_from):
               f"rms {statistics.mean(x * x for x in diffs) ** 0.5:.3f}")
 
 
-def yardstick_errors(curve, late_from):
-    """log(actual / guess) of each evaluation from `late_from` on, guessed from the ones before it
-    (plain's run: no jumps, so the guess's error is the yardstick's own): the verdict's two-point
-    rate (a rise counted as flat), no progress, and a least-squares line through the last four
-    log losses (falling or flat)."""
-    out = {"two-point rate": [], "no progress": [], "fitted trend of 4": []}
-    losses = [v for _, _, v in curve]
+def power_exponent(curve, until):
+    """b of loss ~ step^-b, least squares of log loss on log step over the evaluations in
+    (0, until]: what nowcast.plain_model=power fits to the states before the first jump."""
+    pts = [(math.log(s), math.log(v)) for s, _, v in curve if 0 < s <= until]
+    mx, my = statistics.mean(x for x, _ in pts), statistics.mean(y for _, y in pts)
+    return -sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+
+
+def yardstick_errors(curve, first_jump):
+    """log(actual / guess) of each evaluation from the first jump's on, guessed from the ones
+    before it (plain's run: no jumps, so the guess's error is the yardstick's own): the verdict's
+    two-point rate (a rise counted as flat), no progress, a least-squares line through the last
+    four log losses (falling or flat), and a power of the step fitted once to the evaluations up to
+    the first jump. [(step guessed from, {name: error})]"""
+    b = power_exponent(curve, first_jump)
+    out = []
     for i in range(4, len(curve) - 1):
-        if curve[i][0] < late_from:
+        (s, _, v), (s1, _, v1) = curve[i], curve[i + 1]
+        if s < first_jump:
             continue
-        actual = math.log(losses[i + 1])
-        out["two-point rate"].append(actual - math.log(losses[i] * min(losses[i] / losses[i - 1], 1.0)))
-        out["no progress"].append(actual - math.log(losses[i]))
-        ys = [math.log(v) for v in losses[i - 3:i + 1]]
+        ys = [math.log(p[2]) for p in curve[i - 3:i + 1]]
         slope = min(sum((x - 1.5) * (y - statistics.mean(ys)) for x, y in enumerate(ys)) / 5.0, 0.0)
-        out["fitted trend of 4"].append(actual - (statistics.mean(ys) + slope * 2.5))
+        out.append((s, {"two-point rate": math.log(v1 / (v * min(v / curve[i - 1][2], 1.0))),
+                        "no progress": math.log(v1 / v),
+                        "fitted trend of 4": math.log(v1) - (statistics.mean(ys) + slope * 2.5),
+                        "power of the step": math.log(v1) - (math.log(v) - b * math.log(s1 / s))}))
     return out
 
 
-def yardstick(dirs, late_from):
-    pooled = {}
+def yardstick(dirs, late_from, first_jump=1000):
+    bands = {f"steps {first_jump}-{late_from - 1}": {}, f"from step {late_from} on": {}}
     for d in dirs:
-        for name, errs in yardstick_errors(curve_of(d, "plain"), late_from).items():
-            pooled.setdefault(name, []).extend(errs)
-    n = len(next(iter(pooled.values())))
-    print(f"plain's next evaluation from step {late_from} on, {n} guesses over {len(dirs)} runs: log(actual / guess)")
-    for name, errs in pooled.items():
-        rms = statistics.mean(e * e for e in errs) ** 0.5
-        print(f"  {name:18s} rms {rms:.3f}, mean {statistics.mean(errs):+.3f}")
+        for s, errs in yardstick_errors(curve_of(d, "plain"), first_jump):
+            band = bands[f"from step {late_from} on" if s >= late_from else f"steps {first_jump}-{late_from - 1}"]
+            for name, e in errs.items():
+                band.setdefault(name, []).append(e)
+    print(f"plain's next evaluation guessed from the ones before it, {len(dirs)} runs: log(actual / guess)")
+    for band, pooled in bands.items():
+        if not pooled:
+            continue
+        print(f"  {band} ({len(next(iter(pooled.values())))} guesses):")
+        for name, errs in pooled.items():
+            rms = statistics.mean(e * e for e in errs) ** 0.5
+            print(f"    {name:18s} rms {rms:.3f}, mean {statistics.mean(errs):+.3f}")
 
 
 if __name__ == "__main__":
