@@ -125,7 +125,7 @@ class Run {
     for (const auto& kv : extra)  // hybrid.* and nowcast.* only where they apply
       if ((kv.rfind("hybrid.", 0) != 0 || hybrid) && (kv.rfind("nowcast.", 0) != 0 || nowcast)) c.set_override(kv);
     // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it
-    // (unless --set nowcast.verify_after says otherwise).
+    // (unless --set nowcast.verify_after says otherwise, here and in the windows below).
     const bool window_set = std::any_of(extra.begin(), extra.end(),
                                         [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; });
     // "<nowcaster>-long": the longest window inside a recording interval (period / 5 - 1 steps).
@@ -142,7 +142,8 @@ class Run {
     // by a power of the step fitted to its first states (nowcast.plain_model=power).
     if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half" ||
         variant == "span-held" || variant == "span-keep" || variant == "span-power") {
-      c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
+      if (!window_set)  // a --set nowcast.verify_after wins here too (e.g. a shorter period, the same window)
+        c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
       c.set_override("nowcast.probe_batches=16");
     }
     session_ = ht::cli::build_session(c, true);
