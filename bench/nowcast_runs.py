@@ -14,7 +14,9 @@
   python3 bench/nowcast_runs.py --yardstick [--late-from 3000] DIR ...  how well plain's next
       evaluation is guessed from its earlier ones, on plain's own curves: the verdict's yardstick
       (carry the last two on at their rate, a rise counting as flat), no progress, a fitted trend
-      of four, a power of the step fitted to the first 1000 steps (nowcast.plain_model=power);
+      of four, a power of the step fitted to the first 1000 steps (nowcast.plain_model=power),
+      that power with its level averaged over the last five evaluations, and the same judged on
+      the mean error of the next two (the least noise a verdict could see from plain's curve);
       rms and mean of log(actual / guess), steps 1000-2999 and from 3000 on
 Each DIR holds hybrid_summary.csv and the run's output as DIR/log or DIR.log."""
 import argparse
@@ -187,8 +189,10 @@ def yardstick_errors(curve, first_jump):
     """log(actual / guess) of each evaluation from the first jump's on, guessed from the ones
     before it (plain's run: no jumps, so the guess's error is the yardstick's own): the verdict's
     two-point rate (a rise counted as flat), no progress, a least-squares line through the last
-    four log losses (falling or flat), and a power of the step fitted once to the evaluations up to
-    the first jump. [(step guessed from, {name: error})]"""
+    four log losses (falling or flat), a power of the step fitted once to the evaluations up to
+    the first jump, that power's level from the last five evaluations (a * step^-b with log a their
+    mean of log loss + b log step: five noisy points instead of one), and the same level judged on
+    the next two evaluations' mean error (where there are two). [(step guessed from, {name: error})]"""
     b = power_exponent(curve, first_jump)
     out = []
     for i in range(4, len(curve) - 1):
@@ -197,10 +201,16 @@ def yardstick_errors(curve, first_jump):
             continue
         ys = [math.log(p[2]) for p in curve[i - 3:i + 1]]
         slope = min(sum((x - 1.5) * (y - statistics.mean(ys)) for x, y in enumerate(ys)) / 5.0, 0.0)
-        out.append((s, {"two-point rate": math.log(v1 / (v * min(v / curve[i - 1][2], 1.0))),
-                        "no progress": math.log(v1 / v),
-                        "fitted trend of 4": math.log(v1) - (statistics.mean(ys) + slope * 2.5),
-                        "power of the step": math.log(v1) - (math.log(v) - b * math.log(s1 / s))}))
+        level = statistics.mean(math.log(p[2]) + b * math.log(p[0]) for p in curve[i - 4:i + 1] if p[0] > 0)
+        errs = {"two-point rate": math.log(v1 / (v * min(v / curve[i - 1][2], 1.0))),
+                "no progress": math.log(v1 / v),
+                "fitted trend of 4": math.log(v1) - (statistics.mean(ys) + slope * 2.5),
+                "power of the step": math.log(v1) - (math.log(v) - b * math.log(s1 / s)),
+                "power, level of 5": math.log(v1) - (level - b * math.log(s1))}
+        if i + 2 < len(curve):
+            s2, _, v2 = curve[i + 2]
+            errs["level of 5, judged on 2"] = 0.5 * (errs["power, level of 5"] + math.log(v2) - (level - b * math.log(s2)))
+        out.append((s, errs))
     return out
 
 
@@ -215,10 +225,12 @@ def yardstick(dirs, late_from, first_jump=1000):
     for band, pooled in bands.items():
         if not pooled:
             continue
-        print(f"  {band} ({len(next(iter(pooled.values())))} guesses):")
+        n = len(next(iter(pooled.values())))
+        print(f"  {band} ({n} guesses):")
         for name, errs in pooled.items():
             rms = statistics.mean(e * e for e in errs) ** 0.5
-            print(f"    {name:18s} rms {rms:.3f}, mean {statistics.mean(errs):+.3f}")
+            print(f"    {name:24s} rms {rms:.3f}, mean {statistics.mean(errs):+.3f}" +
+                  (f" ({len(errs)} guesses)" if len(errs) != n else ""))
 
 
 if __name__ == "__main__":

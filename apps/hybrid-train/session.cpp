@@ -309,6 +309,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.keep_progress = c.get_bool("nowcast.keep_progress");
   o.trend_states = c.get_int("nowcast.trend_states");
   o.plain_model = c.get_string("nowcast.plain_model");
+  o.power_level_states = c.get_int("nowcast.power_level_states");
   o.horizon_search = c.get_int("nowcast.horizon_search");
   o.jump_scale = c.get_float("nowcast.jump_scale");
   o.jump_kinds = c.get_string("nowcast.jump_kinds");

@@ -102,6 +102,12 @@ void NowcastStrategyOptions::validate() const {
                              " records over)"));
   if (plain_model != "trend" && plain_model != "power")
     fail("plain_model", "= \"" + plain_model + "\": must be \"trend\" or \"power\"");
+  if (power_level_states < 1 || power_level_states > kNowcastContext - window_recordings)
+    fail("power_level_states", cat("= ", power_level_states, ": must be in [1, ", kNowcastContext - window_recordings,
+                                   "] (5 states less the ", window_recordings, " the window of verify_after ", verify_after,
+                                   " records over)"));
+  if (power_level_states > 1 && plain_model != "power")
+    fail("power_level_states", cat("= ", power_level_states, " needs plain_model = \"power\" (it sets that power's level)"));
   if (plain_model == "power" && verify_after == 0)
     fail("plain_model", "= \"power\" needs delayed verification (verify_after > 0): it guesses plain's progress over the window");
   if (keep_progress && verify_after == 0)
@@ -721,17 +727,33 @@ class NowcastEngine final : public NowcastStrategy {
       torch::NoGradGuard no_grad;
       for (const auto& p : params_) current.push_back(p.detach().clone());
     }
-    // The probe losses of the last trend_states states before the jump, oldest first (the last
-    // is the weights the jump started from, which stay loaded for an undo).
-    std::vector<double> losses;
-    for (int64_t t = std::max(kNowcastContext - opt_.trend_states, trend_from_); t < kNowcastContext; ++t) {
+    // The probe losses of the last trend_states (or power_level_states) states before the jump,
+    // oldest first (the last is the weights the jump started from, which stay loaded for an undo).
+    const int64_t scored = std::max(opt_.trend_states, opt_.power_level_states);
+    std::vector<double> all_losses;
+    std::vector<int64_t> steps;
+    for (int64_t t = std::max(kNowcastContext - scored, trend_from_); t < kNowcastContext; ++t) {
       load_params(states_[t]);
-      losses.push_back(probe_loss(trainer, probe));
+      all_losses.push_back(probe_loss(trainer, probe));
+      steps.push_back(jump_step_ - (kNowcastContext - 1 - t) * interval_);
     }
     summary_.probe_ms += ms_since(tp);
+    const auto last = [&](int64_t n) {  // the last n of them (fewer where a checkpoint had fewer)
+      const size_t from = all_losses.size() - std::min<size_t>(all_losses.size(), static_cast<size_t>(n));
+      return std::make_pair(std::vector<double>(all_losses.begin() + from, all_losses.end()),
+                            std::vector<int64_t>(steps.begin() + from, steps.end()));
+    };
+    const std::vector<double> losses = last(opt_.trend_states).first;
     const int64_t window = opt_.verify_after + 1;  // the jump's step and the real steps after it
     PlainGuess guess = guess_plain(losses, interval_, window);
-    if (std::isfinite(plain_exponent_)) guess = guess_plain_power(losses.back(), plain_exponent_, jump_step_, window);
+    std::string level_note;
+    if (std::isfinite(plain_exponent_)) {
+      const auto [level_losses, level_steps] = last(opt_.power_level_states);
+      const double level = power_level(level_losses, level_steps, plain_exponent_, jump_step_);
+      guess = guess_plain_power(std::isfinite(level) ? level : losses.back(), plain_exponent_, jump_step_, window);
+      if (level_losses.size() > 1 && std::isfinite(level))
+        level_note = cat(", its level from ", level_losses.size(), " states (", fixed(losses.back(), 5), " the last)");
+    }
     const double before = guess.before, plain = guess.after;
     const bool passed = std::isfinite(now) && now <= plain + tolerance_at(pending_k_) * std::abs(before);
     // Failed, but below where it started: keeping it costs its lag behind plain, undoing the whole
@@ -766,7 +788,7 @@ class NowcastEngine final : public NowcastStrategy {
     random_state_ = at::Tensor();
     summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", pending_k_ * interval_,
                                     " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
-                                    fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", describe_trend(losses, guess),
+                                    fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", describe_trend(losses, guess) + level_note,
                                     "): ",
                                     passed ? "kept" : behind ? "kept, though behind plain" : "undone",
                                     lead > 0 ? cat(", ~", lead, " steps ahead of plain") : std::string(),

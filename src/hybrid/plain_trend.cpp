@@ -79,6 +79,18 @@ double fit_power_exponent(const std::vector<double>& losses, const std::vector<i
   return exponent > 0.0 && std::isfinite(exponent) ? exponent : NAN;
 }
 
+double power_level(const std::vector<double>& losses, const std::vector<int64_t>& steps, double exponent, int64_t step) {
+  if (losses.empty() || steps.size() != losses.size() || step < 1)
+    throw std::invalid_argument("power_level: needs >= 1 loss, one step each, and step >= 1");
+  double log_a = 0.0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (!(losses[i] > 0.0) || steps[i] < 1) return NAN;
+    log_a += std::log(losses[i]) + exponent * std::log(static_cast<double>(steps[i]));
+  }
+  log_a /= static_cast<double>(losses.size());
+  return std::exp(log_a - exponent * std::log(static_cast<double>(step)));
+}
+
 PlainGuess guess_plain_power(double before, double exponent, int64_t step, int64_t window) {
   if (!(exponent > 0.0) || step < 1) throw std::invalid_argument("guess_plain_power: needs exponent > 0 and step >= 1");
   PlainGuess g;

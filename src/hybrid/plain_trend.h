@@ -34,6 +34,11 @@ PlainGuess guess_plain(const std::vector<double>& losses, int64_t interval, int6
 // points per verdict. NaN unless all losses are positive and the fit falls.
 double fit_power_exponent(const std::vector<double>& losses, const std::vector<int64_t>& steps);
 
+// The loss at `step` of the curve a * t^-exponent through several states' losses: log a is the
+// mean of log(loss) + exponent * log(t) over them, so their noise is averaged where one state's
+// loss would carry all of it. NaN unless every loss is positive and every step >= 1.
+double power_level(const std::vector<double>& losses, const std::vector<int64_t>& steps, double exponent, int64_t step);
+
 // `before` at step `step` (>= 1), carried on by that power over `window` steps.
 PlainGuess guess_plain_power(double before, double exponent, int64_t step, int64_t window);
 

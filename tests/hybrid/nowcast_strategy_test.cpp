@@ -12,6 +12,7 @@
 #include "hybrid/hybrid/nowcaster_registry.h"
 #include "hybrid/hybrid/predictor_registry.h"
 #include "hybrid/nowcast_cost.h"
+#include "hybrid/plain_trend.h"
 #include "support/scratch_dir.h"
 #include "toy_problems.h"
 
@@ -609,6 +610,30 @@ TEST(NowcastStrategy, APowerFittedToPlainsFirstStatesIsTheVerdictsYardstick) {
   EXPECT_EQ(summary_of(*resumed).plain_exponent, s.plain_exponent);
 }
 
+TEST(NowcastStrategy, ThePowersLevelComesFromSeveralStatesWhenAsked) {
+  // power_level_states = 3: plain is carried on from the power curve through the losses of the
+  // states at steps 12, 16 and 20 (the bowl's own, read from a plain run of the same trajectory),
+  // not from step 20's alone - on this exponential bowl they differ.
+  auto run = slow_bowl(40, halfway_to_one, [](ht::NowcastStrategyOptions& o) {
+    o.plain_model = "power";
+    o.power_level_states = 3;
+  });
+  for (int i = 0; i < 23; ++i) run->trainer->train_step();
+  const ht::StepRecord verdict = run->trainer->train_step();
+  const double b = summary_of(*run).plain_exponent;
+  ASSERT_TRUE(std::isfinite(b));
+  toy::BowlRun plain(40, 0.01);
+  std::vector<double> losses;
+  for (int step = 1; step <= 20; ++step) {  // the state "at step t" is the weights step t starts from
+    if (step % 4 == 0 && step >= 12) losses.push_back(plain.loss());
+    plain.trainer->train_step();
+  }
+  const double level = ht::power_level(losses, {12, 16, 20}, b, 20);
+  EXPECT_GT(std::abs(level - losses.back()), 1e-4 * losses.back());
+  EXPECT_NEAR(verdict.extra.at("probe_before"), level, 1e-9 * level);
+  EXPECT_NEAR(verdict.extra.at("probe_plain"), level * std::pow(24.0 / 20.0, -b), 1e-9 * level);
+}
+
 TEST(NowcastStrategy, StateSavedBeforeTheRedoCreditExistedStillLoads) {
   // A checkpoint of an older version has no "redo_credit": it resumes with none paid in, not
   // with an error that would strand the run.
@@ -880,6 +905,10 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.plain_model = "linear"; }),
                        "plain_model = \"linear\": must be \"trend\" or \"power\""));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.plain_model = "power"; }), "needs delayed verification"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.power_level_states = 2; }),
+                       "power_level_states = 2 needs plain_model = \"power\""));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 250, o.plain_model = "power", o.power_level_states = 5; }),
+                       "power_level_states = 5: must be in [1, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_kinds = "weights"; }),

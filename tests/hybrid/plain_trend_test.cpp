@@ -86,6 +86,17 @@ TEST(PlainTrend, APowerOfTheStepIsFittedExactlyAndCarriedOn) {
   EXPECT_NE(ht::describe_trend({0.5, 0.4}, g).find("plain falling as step^-0.400"), std::string::npos);
 }
 
+TEST(PlainTrend, ThePowersLevelAveragesTheStatesNoise) {
+  // On the curve 2 t^-0.4 itself any states give the curve's loss at the step; states scattered
+  // by x1.1 and /1.1 around it average back onto it (in log), where the last alone is 10 % off.
+  auto curve = [](double t) { return 2.0 * std::pow(t, -0.4); };
+  EXPECT_NEAR(ht::power_level({curve(600), curve(800), curve(1000)}, {600, 800, 1000}, 0.4, 1000), curve(1000), 1e-12);
+  EXPECT_NEAR(ht::power_level({curve(800) * 1.1, curve(1000) / 1.1}, {800, 1000}, 0.4, 1000), curve(1000), 1e-12);
+  EXPECT_NEAR(ht::power_level({curve(1000)}, {1000}, 0.4, 1251), curve(1251), 1e-12);
+  EXPECT_TRUE(std::isnan(ht::power_level({0.4, -0.1}, {800, 1000}, 0.4, 1000)));
+  EXPECT_THROW(ht::power_level({}, {}, 0.4, 1000), std::invalid_argument);
+}
+
 TEST(PlainTrend, NoPowerIsFittedToACurveThatDoesNotFall) {
   EXPECT_TRUE(std::isnan(ht::fit_power_exponent({0.40, 0.41, 0.42}, {200, 400, 600})));
   EXPECT_TRUE(std::isnan(ht::fit_power_exponent({0.40, -0.1, 0.3}, {200, 400, 600})));  // not all positive

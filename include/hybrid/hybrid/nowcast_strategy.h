@@ -111,6 +111,13 @@ struct NowcastStrategyOptions {
   // plain's side). A two-state pace is noise under a constant rate: on FM-16 it guessed plain's
   // log loss would fall by 0.161 over one window where plain's smoothed curve fell by 0.084.
   std::string plain_model = "trend";
+  // plain_model = power: how many states before the jump set the power's level at the jump (the
+  // loss plain is carried on from). 1: the pre-jump state's loss alone. More: the curve
+  // a * t^-b through their losses, log a averaged over them - on plain's FM-16 curves the guess
+  // of the next evaluation erred by 6.0 % (rms, log) from step 3000 at the constant rate with one
+  // state and 4.6 % with five (BENCHMARKS.md 9, `nowcast_runs.py --yardstick`). At most 5 less
+  // the states the window records over. Each costs one probe forward.
+  int64_t power_level_states = 1;
   // > 1: also try k x 2, k / 2, k x 4, ... (up to this many horizons in all, within [1, the
   // cap]) on the same probe and keep the lowest loss. Each costs one more
   // prediction and probe forward; the weights are predicted again when the best was not the last.
