@@ -69,6 +69,83 @@ std::string nowcast_model_of(const std::string& mode) {
 
 int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 
+// A mode's whole config: the task's, the mode's own overrides and the --set ones (hybrid.* and
+// nowcast.* only where they apply). The up-front check of --set builds the same.
+Config mode_config(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
+                   const std::vector<std::string>& extra, double average_decay, const std::string& protocol) {
+  Config c = task_config(task, steps, protocol);
+  c.set_override("run.seed=" + std::to_string(seed));
+  // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
+  // on the held-out probe, so both verification schemes are measured side by side.
+  const bool hybrid = mode == "hybrid" || mode == "hybrid-batch";
+  // "plain-average" is plain mode evaluating an exponential average of its weights
+  // (train.average_decay, --average-decay): what averaging the trajectory is worth in time.
+  const bool average = mode == "plain-average";
+  // "snoo" is Lookahead with outer Nesterov momentum (SNOO), at the setting that did best over
+  // both tasks in a screen of 18 settings on the MLP and 10 on the GPT
+  // (bench/results/snoo_screen.log): k 10, outer lr 0.3, momentum 0.7. Its steady outer step alpha / (1 - momentum) = 1 keeps the
+  // trajectory's drift and damps the noise around it; above 1 it diverged or missed the target.
+  const bool snoo = mode == "snoo";
+  const std::string model = nowcast_model_of(mode);
+  const bool nowcast = !model.empty();
+  const std::string variant = nowcast && mode.size() > model.size() ? mode.substr(model.size() + 1) : "";
+  c.set_override(std::string("run.mode=") +
+                 (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : nowcast ? "nowcast" : mode));
+  if (nowcast) {
+    c.set_override("nowcast.model=" + model);
+    // Unverified, as NiNo runs: verified right after the jump, every far jump is undone and the
+    // optimizer's state after a kept one would never be measured.
+    if (variant == "reset" || variant == "rescale") {
+      c.set_override("nowcast.optimizer_state=" + variant);
+      c.set_override("nowcast.verify=false");
+    }
+    else if (variant == "noverify") c.set_override("nowcast.verify=false");
+    else if (variant == "search") c.set_override("nowcast.horizon_search=5");
+    else if (variant == "late" || variant == "long" || variant == "span") {}  // below, once nowcast.period is final
+    else if (variant == "span-horizon") c.set_override("nowcast.tolerance_by_horizon=true");
+    else if (variant == "span-half") c.set_override("nowcast.jump_scale=0.5");
+    else if (variant == "span-held") c.set_override("nowcast.probe_holdout=true");
+    else if (variant == "span-power") {
+      c.set_override("nowcast.probe_holdout=true");
+      c.set_override("nowcast.plain_model=power");
+    }
+    else if (variant == "span-keep") {
+      c.set_override("nowcast.probe_holdout=true");
+      c.set_override("nowcast.keep_progress=true");
+    }
+    else if (!variant.empty()) throw std::invalid_argument("unknown nowcast mode '" + mode + "'");
+  }
+  if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
+  if (average) c.set_override(fmt::format("train.average_decay={}", average_decay));
+  if (snoo)
+    for (auto kv : {"lookahead.k=10", "lookahead.alpha=0.3", "lookahead.momentum=0.7"}) c.set_override(kv);
+  for (const auto& kv : extra)  // hybrid.* and nowcast.* only where they apply
+    if ((kv.rfind("hybrid.", 0) != 0 || hybrid) && (kv.rfind("nowcast.", 0) != 0 || nowcast)) c.set_override(kv);
+  // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it
+  // (unless --set nowcast.verify_after says otherwise, here and in the windows below).
+  const bool window_set = std::any_of(extra.begin(), extra.end(),
+                                      [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; });
+  // "<nowcaster>-long": the longest window inside a recording interval (period / 5 - 1 steps).
+  // "<nowcaster>-span": period / 4 steps, past the next recorded state (on FM-16 unverified WNN+
+  // runs are ahead of plain 250 steps after each jump, not after 100). Both on a 16-batch
+  // probe, whose noise is below the margins the verdict weighs.
+  const int64_t period = c.get_int("nowcast.period");
+  if (variant == "late" && !window_set) c.set_override(fmt::format("nowcast.verify_after={}", period / 10));
+  // "<nowcaster>-span-horizon": the same with the tolerance scaled by the jump's horizon.
+  // "<nowcaster>-span-half": the same with each jump half the predicted change (nowcast.jump_scale).
+  // "<nowcaster>-span-held": the same judged on the probe split (data held out of training).
+  // "<nowcaster>-span-keep": span-held keeping failed jumps that still made progress
+  // (nowcast.keep_progress). "<nowcaster>-span-power": span-held with plain's progress guessed
+  // by a power of the step fitted to its first states (nowcast.plain_model=power).
+  if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half" ||
+      variant == "span-held" || variant == "span-keep" || variant == "span-power") {
+    if (!window_set)  // a --set nowcast.verify_after wins here too (e.g. a shorter period, the same window)
+      c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
+    c.set_override("nowcast.probe_batches=16");
+  }
+  return c;
+}
+
 // One run of one mode. The modes of a seed are stepped side by side, a chunk of steps each in
 // turn, so the machine's slow moments (this is a shared VM) fall on all of them alike.
 class Run {
@@ -76,76 +153,7 @@ class Run {
   Run(const std::string& task, const std::string& mode, int64_t seed, int64_t steps, int64_t eval_every,
       const std::vector<std::string>& extra, double average_decay, const std::string& protocol)
       : steps_(steps), evals_(eval_every, steps) {
-    Config c = task_config(task, steps, protocol);
-    c.set_override("run.seed=" + std::to_string(seed));
-    // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
-    // on the held-out probe, so both verification schemes are measured side by side.
-    const bool hybrid = mode == "hybrid" || mode == "hybrid-batch";
-    // "plain-average" is plain mode evaluating an exponential average of its weights
-    // (train.average_decay, --average-decay): what averaging the trajectory is worth in time.
-    const bool average = mode == "plain-average";
-    // "snoo" is Lookahead with outer Nesterov momentum (SNOO), at the setting that did best over
-    // both tasks in a screen of 18 settings on the MLP and 10 on the GPT
-    // (bench/results/snoo_screen.log): k 10, outer lr 0.3, momentum 0.7. Its steady outer step alpha / (1 - momentum) = 1 keeps the
-    // trajectory's drift and damps the noise around it; above 1 it diverged or missed the target.
-    const bool snoo = mode == "snoo";
-    const std::string model = nowcast_model_of(mode);
-    const bool nowcast = !model.empty();
-    const std::string variant = nowcast && mode.size() > model.size() ? mode.substr(model.size() + 1) : "";
-    c.set_override(std::string("run.mode=") +
-                   (hybrid ? "hybrid" : average ? "plain" : snoo ? "lookahead" : nowcast ? "nowcast" : mode));
-    if (nowcast) {
-      c.set_override("nowcast.model=" + model);
-      // Unverified, as NiNo runs: verified right after the jump, every far jump is undone and the
-      // optimizer's state after a kept one would never be measured.
-      if (variant == "reset" || variant == "rescale") {
-        c.set_override("nowcast.optimizer_state=" + variant);
-        c.set_override("nowcast.verify=false");
-      }
-      else if (variant == "noverify") c.set_override("nowcast.verify=false");
-      else if (variant == "search") c.set_override("nowcast.horizon_search=5");
-      else if (variant == "late" || variant == "long" || variant == "span") {}  // below, once nowcast.period is final
-      else if (variant == "span-horizon") c.set_override("nowcast.tolerance_by_horizon=true");
-      else if (variant == "span-half") c.set_override("nowcast.jump_scale=0.5");
-      else if (variant == "span-held") c.set_override("nowcast.probe_holdout=true");
-      else if (variant == "span-power") {
-        c.set_override("nowcast.probe_holdout=true");
-        c.set_override("nowcast.plain_model=power");
-      }
-      else if (variant == "span-keep") {
-        c.set_override("nowcast.probe_holdout=true");
-        c.set_override("nowcast.keep_progress=true");
-      }
-      else if (!variant.empty()) throw std::invalid_argument("unknown nowcast mode '" + mode + "'");
-    }
-    if (mode == "hybrid-batch") c.set_override("hybrid.verify=batch");
-    if (average) c.set_override(fmt::format("train.average_decay={}", average_decay));
-    if (snoo)
-      for (auto kv : {"lookahead.k=10", "lookahead.alpha=0.3", "lookahead.momentum=0.7"}) c.set_override(kv);
-    for (const auto& kv : extra)  // hybrid.* and nowcast.* only where they apply
-      if ((kv.rfind("hybrid.", 0) != 0 || hybrid) && (kv.rfind("nowcast.", 0) != 0 || nowcast)) c.set_override(kv);
-    // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it
-    // (unless --set nowcast.verify_after says otherwise, here and in the windows below).
-    const bool window_set = std::any_of(extra.begin(), extra.end(),
-                                        [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; });
-    // "<nowcaster>-long": the longest window inside a recording interval (period / 5 - 1 steps).
-    // "<nowcaster>-span": period / 4 steps, past the next recorded state (on FM-16 unverified WNN+
-    // runs are ahead of plain 250 steps after each jump, not after 100). Both on a 16-batch
-    // probe, whose noise is below the margins the verdict weighs.
-    const int64_t period = c.get_int("nowcast.period");
-    if (variant == "late" && !window_set) c.set_override(fmt::format("nowcast.verify_after={}", period / 10));
-    // "<nowcaster>-span-horizon": the same with the tolerance scaled by the jump's horizon.
-    // "<nowcaster>-span-half": the same with each jump half the predicted change (nowcast.jump_scale).
-    // "<nowcaster>-span-held": the same judged on the probe split (data held out of training).
-    // "<nowcaster>-span-keep": span-held keeping failed jumps that still made progress
-    // (nowcast.keep_progress). "<nowcaster>-span-power": span-held with plain's progress guessed
-    // by a power of the step fitted to its first states (nowcast.plain_model=power).
-    if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half" ||
-        variant == "span-held" || variant == "span-keep" || variant == "span-power") {
-      if (!window_set)  // a --set nowcast.verify_after wins here too (e.g. a shorter period, the same window)
-        c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
-      c.set_override("nowcast.probe_batches=16");
-    }
+    Config c = mode_config(task, mode, seed, steps, extra, average_decay, protocol);
     session_ = ht::cli::build_session(c, true);
     ht::TrainerOptions o = ht::cli::trainer_options(c);
     o.checkpoint.dir.clear();  // no disk I/O inside the timed region
@@ -302,12 +310,22 @@ int main(int argc, char** argv) {
     for (const auto& task : tasks) {
       if (!known_task(task))
         throw std::invalid_argument("unknown task '" + task + "' in --tasks (use mlp, gpt, cnn, fm16, gpt-wide)");
+      // Each mode as it will run (a --set may lean on the mode's own overrides, e.g.
+      // nowcast.power_level_states on -span-power's plain_model); hybrid and nowcast mode with the
+      // --set alone where no such mode runs, so that a bad hybrid.* or nowcast.* value still fails.
+      auto runs_as = [&](const std::string& kind) {
+        return std::any_of(modes.begin(), modes.end(), [&](const std::string& m) {
+          return kind == "nowcast" ? !nowcast_model_of(m).empty() : m.rfind("hybrid", 0) == 0;
+        });
+      };
       for (const std::string mode : {"hybrid", "nowcast"}) {
+        if (runs_as(mode)) continue;
         Config c = task_config(task, 100, protocol);
         c.set_override("run.mode=" + mode);
         for (const auto& kv : extra) c.set_override(kv);
         ht::cli::build_strategy(c);
       }
+      for (const auto& mode : modes) ht::cli::build_strategy(mode_config(task, mode, 1, 10000, extra, average_decay, protocol));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hybrid_bench: %s\n", e.what());
