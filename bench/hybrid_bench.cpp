@@ -105,9 +105,10 @@ Config mode_config(const std::string& task, const std::string& mode, int64_t see
     else if (variant == "span-horizon") c.set_override("nowcast.tolerance_by_horizon=true");
     else if (variant == "span-half") c.set_override("nowcast.jump_scale=0.5");
     else if (variant == "span-held") c.set_override("nowcast.probe_holdout=true");
-    else if (variant == "span-power") {
+    else if (variant == "span-power" || variant == "span-sched") {
       c.set_override("nowcast.probe_holdout=true");
       c.set_override("nowcast.plain_model=power");
+      if (variant == "span-sched") c.set_override("nowcast.horizon_by_schedule=true");
     }
     else if (variant == "span-keep") {
       c.set_override("nowcast.probe_holdout=true");
@@ -137,8 +138,10 @@ Config mode_config(const std::string& task, const std::string& mode, int64_t see
   // "<nowcaster>-span-keep": span-held keeping failed jumps that still made progress
   // (nowcast.keep_progress). "<nowcaster>-span-power": span-held with plain's progress guessed
   // by a power of the step fitted to its first states (nowcast.plain_model=power).
+  // "<nowcaster>-span-sched": span-power with each k read as plain's steps ahead under the
+  // learning-rate schedule (nowcast.horizon_by_schedule).
   if (variant == "long" || variant == "span" || variant == "span-horizon" || variant == "span-half" ||
-      variant == "span-held" || variant == "span-keep" || variant == "span-power") {
+      variant == "span-held" || variant == "span-keep" || variant == "span-power" || variant == "span-sched") {
     if (!window_set)  // a --set nowcast.verify_after wins here too (e.g. a shorter period, the same window)
       c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
     c.set_override("nowcast.probe_batches=16");
@@ -257,7 +260,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> all_modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   for (const auto& spec : ht::nowcaster_registry())  // every nowcaster with every variant Run knows
     for (const std::string variant : {"", "-reset", "-rescale", "-noverify", "-search", "-late", "-long", "-span",
-                                      "-span-horizon", "-span-half", "-span-held", "-span-keep", "-span-power"})
+                                      "-span-horizon", "-span-half", "-span-held", "-span-keep", "-span-power",
+                                      "-span-sched"})
       all_modes.push_back(spec.name + variant);
   std::vector<std::string> modes = {"plain", "hybrid", "hybrid-batch", "lookahead", "snoo", "plain-average"};
   int64_t seeds = 3, first_seed = 1, mlp_steps = 940, gpt_steps = 600, cnn_steps = 470, eval_points = 20, chunk = 10;

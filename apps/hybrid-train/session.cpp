@@ -294,6 +294,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.horizon_max = c.get_int("nowcast.horizon_max");
   o.horizon_min = c.get_int("nowcast.horizon_min");
   o.horizon_power = c.get_float("nowcast.horizon_power");
+  o.horizon_by_schedule = c.get_bool("nowcast.horizon_by_schedule");
   o.verify = c.get_bool("nowcast.verify");
   o.probe_batches = c.get_int("nowcast.probe_batches");
   o.probe_holdout = c.get_bool("nowcast.probe_holdout");

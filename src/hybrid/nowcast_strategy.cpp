@@ -165,6 +165,25 @@ std::vector<int64_t> nowcast_horizons(const NowcastStrategyOptions& o, int64_t r
   return k;
 }
 
+std::vector<int64_t> schedule_horizons(const std::vector<int64_t>& horizons, const LrSchedule& schedule, int64_t period) {
+  const int64_t interval = period / kNowcastContext;
+  // The mean relative rate over steps [from, to): the distance plain's updates cover there, per step.
+  const auto mean_rate = [&](int64_t from, int64_t to) {
+    double sum = 0.0;
+    for (int64_t u = from; u < to; ++u) sum += schedule.at(1.0, u);
+    return sum / static_cast<double>(std::max<int64_t>(1, to - from));
+  };
+  std::vector<int64_t> scaled(horizons.size());
+  for (size_t j = 0; j < horizons.size(); ++j) {
+    const int64_t jump = static_cast<int64_t>(j + 1) * period - 1;  // the 0-based step the jump replaces
+    const double recorded = mean_rate(jump - (kNowcastContext - 1) * interval, jump);
+    const double ahead = mean_rate(jump, jump + horizons[j] * interval);
+    const double k = static_cast<double>(horizons[j]) * ahead / std::max(recorded, 1e-12);
+    scaled[j] = std::clamp<int64_t>(std::llround(k), 1, horizons[j]);
+  }
+  return scaled;
+}
+
 std::string NowcastSummary::to_string() const {
   std::ostringstream os;
   os << "nowcast (" << model << "): " << steps << " steps, " << jumps << " jumps: " << kept << " kept";
@@ -405,6 +424,7 @@ class NowcastEngine final : public NowcastStrategy {
                            " its state after a jump: set nowcast.optimizer_state=keep or use optim.name=adamw");
     }
     horizons_ = nowcast_horizons(opt_, opt_.schedule_steps > 0 ? opt_.schedule_steps : trainer.options().max_steps);
+    if (opt_.horizon_by_schedule) horizons_ = schedule_horizons(horizons_, trainer.options().schedule, opt_.period);
     interval_ = opt_.period / kNowcastContext;
     in_place_ = true;
     for (const auto& p : params_) in_place_ = in_place_ && p.is_cpu() && p.is_contiguous();
@@ -439,6 +459,12 @@ class NowcastEngine final : public NowcastStrategy {
   double tolerance_at(int64_t k) const {
     if (!opt_.tolerance_by_horizon) return opt_.tolerance;
     return opt_.tolerance * static_cast<double>(k) / static_cast<double>(opt_.horizon_max);
+  }
+
+  // How far a jump of k intervals goes, for the log: at the pace of the states it was predicted
+  // from, which under horizon_by_schedule is not plain's pace ahead.
+  std::string ahead_text(int64_t k) const {
+    return cat(k * interval_, opt_.horizon_by_schedule ? " steps ahead at the states' pace" : " steps ahead");
   }
 
   int64_t horizon_at(int64_t s) const {
@@ -584,13 +610,13 @@ class NowcastEngine final : public NowcastStrategy {
       }
       rec.extra["probe_before"] = before;
       rec.extra["probe_after"] = after;
-      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, " (", k * interval_, " steps ahead): probe loss ",
+      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, " (", ahead_text(k), "): probe loss ",
                                       fixed(before, 5), " -> ", fixed(after, 5), ": ", keep ? "kept" : "undone",
                                       tried));
     } else {
       predict_into_params(k);
       keep = all_finite();
-      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, " (", k * interval_, " steps ahead), unverified: ",
+      summary_.jump_log.push_back(cat("step ", s + 1, ": k ", k, " (", ahead_text(k), "), unverified: ",
                                       keep ? "kept" : "undone (not finite)"));
     }
     rec.extra["nowcast_jump"] = 1.0;
@@ -786,8 +812,8 @@ class NowcastEngine final : public NowcastStrategy {
     }
     optimizer_snapshot_ = at::Tensor();
     random_state_ = at::Tensor();
-    summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", pending_k_ * interval_,
-                                    " steps ahead), judged ", opt_.verify_after, " steps later: probe loss ",
+    summary_.jump_log.push_back(cat("step ", jump_step_, ": k ", pending_k_, " (", ahead_text(pending_k_),
+                                    "), judged ", opt_.verify_after, " steps later: probe loss ",
                                     fixed(now, 5), " against plain's ~", fixed(plain, 5), " (", describe_trend(losses, guess) + level_note,
                                     "): ",
                                     passed ? "kept" : behind ? "kept, though behind plain" : "undone",

@@ -137,6 +137,46 @@ TEST(NowcastStrategy, ScheduleIsNiNosDecayingHorizon) {
   EXPECT_EQ(ht::nowcast_horizons(options(1000, 40), 500), (std::vector<int64_t>{40}));  // shorter than a period
 }
 
+TEST(NowcastStrategy, HorizonsBySchedulePayForTheRatePlainWillHaveAhead) {
+  // Warmup 100 + cosine to 0.1 over 10k steps, NiNo's k: each k x 200 steps of plain ahead, in
+  // intervals of the pace the five states before the jump were recorded at (computed
+  // independently, in Python, from the schedule's formula).
+  ht::LrSchedule cosine;
+  cosine.kind = ht::LrSchedule::Kind::Cosine;
+  cosine.warmup_steps = 100;
+  cosine.total_steps = 10000;
+  const std::vector<int64_t> nino = ht::nowcast_horizons(options(1000, 40), 10000);
+  EXPECT_EQ(ht::schedule_horizons(nino, cosine, 1000), (std::vector<int64_t>{22, 18, 14, 12, 9, 7, 5, 3, 2, 1}));
+  ht::LrSchedule constant;
+  constant.total_steps = 10000;
+  EXPECT_EQ(ht::schedule_horizons(nino, constant, 1000), nino);
+  // Warmup to step 500: the first jump's states were recorded partly below the rate ahead (k x
+  // 1.2), but a jump never goes further than k.
+  constant.warmup_steps = 500;
+  EXPECT_EQ(ht::schedule_horizons(nino, constant, 1000)[0], 40);
+}
+
+TEST(NowcastStrategy, AJumpUnderADecayingRateIsAskedForThePaceAhead) {
+  // The bowl over 20 steps under cosine: the first jump's k = 8 (16 steps of plain ahead) is
+  // 2 intervals at the pace of steps 2-9 (Python: 2.29); the second's k = 1 stays 1.
+  std::vector<int64_t> horizons;
+  toy::BowlRun run(20, 0.1, false, ht::LrSchedule::Kind::Cosine);
+  ht::NowcastStrategyOptions o = options(10, 8);
+  o.horizon_by_schedule = true;
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(halfway_to_one, &horizons)));
+  for (int i = 0; i < 20; ++i) run.trainer->train_step();
+  EXPECT_EQ(horizons, (std::vector<int64_t>{2, 1}));
+  const auto& s = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
+  ASSERT_FALSE(s.jump_log.empty());
+  EXPECT_NE(s.jump_log[0].find("k 2 (4 steps ahead at the states' pace)"), std::string::npos) << s.jump_log[0];
+  // Off, the same run asks for NiNo's k.
+  horizons.clear();
+  toy::BowlRun nino(20, 0.1, false, ht::LrSchedule::Kind::Cosine);
+  nino.trainer->set_strategy(ht::make_nowcast_strategy(options(10, 8), scripted(halfway_to_one, &horizons)));
+  for (int i = 0; i < 20; ++i) nino.trainer->train_step();
+  EXPECT_EQ(horizons, (std::vector<int64_t>{8, 1}));
+}
+
 TEST(NowcastStrategy, RecordsEveryFifthOfAPeriodAndKeepsAGoodJump) {
   // Period 10: states after 1, 3, 5, 7, 9 updates (recorded before steps 2, 4, 6, 8, 10), and
   // step 10 is the jump instead of an update.

@@ -112,7 +112,9 @@ struct RecordingLogger : ht::Logger {
 struct BowlRun {
   // minimum_from_batch: the bowl's minimum is at 1 + 2 x the batch's target, so 1 on training
   // batches and -1 on ConstantData's probe split (a jump towards 1 fits training data only).
-  explicit BowlRun(int64_t max_steps, double lr = 0.1, bool minimum_from_batch = false) {
+  // schedule: Cosine decays the rate over the run to 0.1 of lr (no warmup).
+  explicit BowlRun(int64_t max_steps, double lr = 0.1, bool minimum_from_batch = false,
+                   ht::LrSchedule::Kind schedule = ht::LrSchedule::Kind::Constant) {
     bowl = std::make_shared<Bowl>();
     objective = ht::make_objective(bowl, [b = bowl.get(), minimum_from_batch](const ht::Batch& batch) {
       if (!minimum_from_batch) return b->loss();
@@ -122,7 +124,7 @@ struct BowlRun {
     ht::TrainerOptions to;
     to.max_steps = max_steps;
     to.grad_clip = 0.0;
-    to.schedule.kind = ht::LrSchedule::Kind::Constant;
+    to.schedule.kind = schedule;
     to.schedule.total_steps = max_steps;
     trainer = std::make_unique<ht::Trainer>(*objective, *optimizer, data, to, &logger);
   }

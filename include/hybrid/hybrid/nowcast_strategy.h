@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hybrid/core/schedule.h"
 #include "hybrid/core/trainer.h"
 #include "hybrid/hybrid/nowcast.h"
 
@@ -34,6 +35,12 @@ struct NowcastStrategyOptions {
   int64_t horizon_min = 1;
   double horizon_power = 2.0;
   int64_t schedule_steps = 0;  // the run length the schedule spans; 0: the trainer's max_steps
+  // Read each k as steps ahead under the run's learning-rate schedule: a nowcaster carries on the
+  // pace of its five states, which a decaying rate does not keep, so the jump is asked for the
+  // intervals of that pace that cover plain's next k x period / 5 steps (the schedule's mean rate
+  // over them against its mean over the states' span; at least 1). A constant rate leaves k as
+  // it is; warmup + cosine roughly halves the early ones. Off: NiNo's k, whatever the schedule.
+  bool horizon_by_schedule = false;
 
   // Verification: the probe loss (the next probe_batches training batches, peeked, so the data
   // order stays plain mode's; or held-out ones, probe_holdout below) after the jump may exceed
@@ -145,6 +152,11 @@ const char* to_string(NowcastStrategyOptions::OptimizerState state);
 
 // The horizon of each jump of a run: NiNo's decaying schedule, one entry per period.
 std::vector<int64_t> nowcast_horizons(const NowcastStrategyOptions& options, int64_t run_steps);
+
+// horizon_by_schedule: the horizons above (jump j at step (j + 1) x period) in intervals of the
+// pace the five states before each jump were recorded at, under a learning-rate schedule. The
+// schedule's total_steps must be set (the trainer sets it to the run's length).
+std::vector<int64_t> schedule_horizons(const std::vector<int64_t>& horizons, const LrSchedule& schedule, int64_t period);
 
 struct NowcastSummary {
   std::string model;
