@@ -9,6 +9,7 @@
 # Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~20 h here)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
+#        RECORD_V2_JOBS=2: two parts at a time (their output only in each part's log)
 # Each part is one hybrid_bench invocation: its modes run side by side (10 steps each in turn), so
 # wall-clock ratios inside a part are measured under the same load. Every run uses 1 thread: on
 # this shared 2-vCPU machine two OpenMP threads spin against the other jobs (an FM-16 step took
@@ -113,4 +114,18 @@ run_part() {
 
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_nino gpt_cosine gptwide_nino)
-for p in "${parts[@]}"; do run_part "$p"; done
+# RECORD_V2_JOBS parts at a time (1: one after the other, as the figures of record ran; the smoke
+# test runs two, each hybrid_bench on its own core). A failed part fails the whole command.
+jobs_at_once=${RECORD_V2_JOBS:-1}
+pids=() failed=0
+for p in "${parts[@]}"; do
+  if [ "$jobs_at_once" -le 1 ]; then
+    run_part "$p"
+    continue
+  fi
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_at_once" ]; do sleep 1; done
+  run_part "$p" > /dev/null &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+exit $failed

@@ -4,8 +4,9 @@
 set -euo pipefail
 src=$1 build=$2 out=$3
 rm -rf "$out" && mkdir -p "$out"
-if ! HT_BUILD_DIR=$build HT_BENCH_OUT=$out RECORD_V2_SMOKE=1 bash "$src/bench/record_v2.sh" > "$out/all.log" 2>&1; then
+if ! HT_BUILD_DIR=$build HT_BENCH_OUT=$out RECORD_V2_SMOKE=1 RECORD_V2_JOBS=2 bash "$src/bench/record_v2.sh" > "$out/all.log" 2>&1; then
   tail -40 "$out/all.log"
+  for log in "$out"/*/log; do echo "== $log"; tail -5 "$log"; done
   echo "record_v2 smoke: the script failed"
   exit 1
 fi
