@@ -117,6 +117,10 @@ parts=("$@")
 # RECORD_V2_JOBS parts at a time (1: one after the other, as the figures of record ran; the smoke
 # test runs two, each hybrid_bench on its own core). A failed part fails the whole command.
 jobs_at_once=${RECORD_V2_JOBS:-1}
+if ! [[ $jobs_at_once =~ ^[1-9][0-9]*$ ]]; then
+  echo "RECORD_V2_JOBS = '$jobs_at_once': must be a whole number of parts at a time, 1 or more (unset: 1)" >&2
+  exit 2
+fi
 pids=() failed=0
 for p in "${parts[@]}"; do
   if [ "$jobs_at_once" -le 1 ]; then
