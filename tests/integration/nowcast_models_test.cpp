@@ -8,7 +8,7 @@
 #include "hybrid/models/gpt.h"
 #include "hybrid/models/mlp.h"
 
-TEST(NowcastGraph, RepoModelsBuild) {
+TEST(NowcastRepoGraphs, MlpCnnAndGptBuild) {
   ht::MLP mlp;      // fc1/fc2/fc3, 784-512-256-10
   ht::ConvNet cnn;  // conv1/conv2/fc with a flatten of 32 x 7 x 7
   ht::GPTConfig c;
