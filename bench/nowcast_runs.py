@@ -18,6 +18,13 @@
       that power with its level averaged over the last five evaluations, and the same judged on
       the mean error of the next two (the least noise a verdict could see from plain's curve);
       rms and mean of log(actual / guess), steps 1000-2999 and from 3000 on
+  python3 bench/nowcast_runs.py --gates --mode nino-span-power DIR ...  what gating the mode's
+      jumps would have given: no jump from step S on (S = 3000 ... 7000), or none with a horizon
+      k <= K; each undone jump a rule removes before the run's target gives back its window's
+      steps, each kept one takes back the lead its verdict credited it with (in plain's time per
+      step). Exact where every jump a rule removes was undone (the run then trains as it did,
+      minus the windows); otherwise an estimate, and a lenient one: the credited lead
+      underestimates a kept jump's gain (BENCHMARKS.md 9)
 Each DIR holds hybrid_summary.csv and the run's output as DIR/log or DIR.log."""
 import argparse
 import csv
@@ -28,6 +35,8 @@ import statistics
 
 RESULT = re.compile(r"^\S+ seed \d+ (\S+)\s+target ")
 EARLIER = re.compile(r"\(([\d.]+) before the jump, ([\d.]+) a recording earlier\)")
+WINDOW = re.compile(r"judged (\d+) steps later")
+LEAD = re.compile(r"~(\d+) steps ahead of plain")
 VERDICT = re.compile(r"step (\d+): k (\d+) .*probe loss ([\d.]+) against plain's ~([\d.]+) \(([\d.]+) before the jump.*: (kept|undone)")
 
 
@@ -135,18 +144,24 @@ def replay(dirs, tolerance, horizon_max=40):
     print(f"{changed} of {len(dirs)} runs change")
 
 
-def verdicts_of(d, mode):
-    """[(step, kept, now, before, earlier or None)] of `mode`'s verdict lines in the run's log: they
-    follow the mode's result line (hybrid_bench prints each mode's nowcast log under its result)."""
-    out, current = [], None
+def verdict_lines(d, mode):
+    """(line, VERDICT match) of each of `mode`'s verdict lines in the run's log: they follow the
+    mode's result line (hybrid_bench prints each mode's nowcast log under its result)."""
+    current = None
     for line in open(log_of(d)):
         r = RESULT.match(line)
         if r:
             current = r.group(1)
             continue
         m = VERDICT.search(line)
-        if current != mode or not m:
-            continue
+        if current == mode and m:
+            yield line, m
+
+
+def verdicts_of(d, mode):
+    """[(step, kept, now, before, earlier or None)] of `mode`'s verdict lines in the run's log."""
+    out = []
+    for line, m in verdict_lines(d, mode):
         step, _, now, _, before, verdict = m.groups()
         e = EARLIER.search(line)
         out.append((int(step), verdict == "kept", float(now), float(before), float(e.group(2)) if e else None))
@@ -175,6 +190,52 @@ def verdicts(dirs, mode, late_from):
         print(f"probe loss of the state before a late jump minus the one a recording earlier, {len(diffs)} verdicts: "
               f"{min(diffs):+.3f} to {max(diffs):+.3f}, median {statistics.median(diffs):+.3f}, "
               f"rms {statistics.mean(x * x for x in diffs) ** 0.5:.3f}")
+
+
+def gated_jumps(d, mode):
+    """[(step, k, kept, window, lead)] of `mode`'s verdicts before its target (later ones cannot
+    change its time to target), with the seconds plain spends per step and the mode's own time
+    and plain's to the target; None where the run has no finished row for the mode."""
+    by_mode = {r["mode"]: r for r in rows(d)}
+    if "plain" not in by_mode or mode not in by_mode:
+        return None
+    plain, run = by_mode["plain"], by_mode[mode]
+    target_step = float(run["steps_to_target"])
+    jumps = []
+    for line, m in verdict_lines(d, mode):
+        if int(m.group(1)) >= target_step:
+            continue
+        w, lead = WINDOW.search(line), LEAD.search(line)
+        jumps.append((int(m.group(1)), int(m.group(2)), m.group(6) == "kept", int(w.group(1)) if w else 0,
+                      int(lead.group(1)) if lead else 0))
+    step_seconds = float(plain["seconds_to_target"]) / float(plain["steps_to_target"])
+    return jumps, step_seconds, float(run["seconds_to_target"]), float(plain["seconds_to_target"])
+
+
+def gates(dirs, mode):
+    runs = [(d, g) for d in dirs for g in [gated_jumps(d, mode)] if g is not None]
+    if not runs:
+        raise SystemExit(f"no finished plain and {mode} rows")
+    for d, (jumps, _, seconds, plain_seconds) in runs:
+        print(f"{d}: {plain_seconds / seconds:.2f}x; before the target: " +
+              (", ".join(f"{s} k {k} " + (f"kept +{lead}" if kept else "undone") for s, k, kept, _, lead in jumps) or "no verdicts"))
+    rules = [(f"no jump from step {s} on", lambda step, k, s=s: step >= s) for s in range(3000, 8000, 1000)]
+    rules += [(f"no jump with k <= {kk}", lambda step, k, kk=kk: k <= kk) for kk in (4, 8, 12, 16)]
+    base = [p / t for _, (_, _, t, p) in runs]
+    print(f"{len(runs)} runs, {mode} as run: median {statistics.median(base):.3f}x, mean {statistics.mean(base):.3f}x, "
+          f"lowest {min(base):.2f}x")
+    for name, removes in rules:
+        ratios, exact, windows, leads = [], 0, 0, 0
+        for _, (jumps, step_seconds, seconds, plain_seconds) in runs:
+            removed = [j for j in jumps if removes(j[0], j[1])]
+            windows += sum(w for _, _, kept, w, _ in removed if not kept)
+            leads += sum(lead for _, _, kept, _, lead in removed if kept)
+            exact += not any(kept for _, _, kept, _, _ in removed)
+            delta = sum(lead if kept else -w for _, _, kept, w, lead in removed) * step_seconds
+            ratios.append(plain_seconds / (seconds + delta))
+        print(f"  {name:26s} median {statistics.median(ratios):.3f}x, mean {statistics.mean(ratios):.3f}x, "
+              f"lowest {min(ratios):.2f}x; windows given back {windows} steps, leads taken back {leads}; "
+              f"exact in {exact} of {len(runs)} runs")
 
 
 def power_exponent(curve, until):
@@ -240,6 +301,7 @@ if __name__ == "__main__":
     ap.add_argument("--replay-tolerance", type=float)
     ap.add_argument("--verdicts", action="store_true", help="tally the mode's delayed verdicts (see above)")
     ap.add_argument("--yardstick", action="store_true", help="errors of plain's guessed progress (see above)")
+    ap.add_argument("--gates", action="store_true", help="replay gates on the mode's late jumps (see above)")
     ap.add_argument("--late-from", type=int, default=3000, help="first step counted as late (--verdicts, --yardstick)")
     ap.add_argument("--tail", type=float, default=0.2, help="share of the run whose evaluations are averaged")
     ap.add_argument("--smooth", type=int, default=1, help="odd number of evaluations the curves are averaged over "
@@ -247,7 +309,9 @@ if __name__ == "__main__":
     a = ap.parse_args()
     if a.smooth < 1 or a.smooth % 2 == 0:
         ap.error(f"--smooth {a.smooth}: give an odd count of evaluations (1, 3, 5, ...), centred on each")
-    if a.yardstick:
+    if a.gates:
+        gates(a.dirs, a.mode)
+    elif a.yardstick:
         yardstick(a.dirs, a.late_from)
     elif a.verdicts:
         verdicts(a.dirs, a.mode, a.late_from)
