@@ -59,8 +59,30 @@ struct RunResult {
 // data.probe_fraction=F, which every mode then shares, so plain trains on the same images) or
 // "-span-keep" (span-held, keeping a failed jump that still made progress: nowcast.keep_progress) or
 // "-span-power" (span-held, plain's progress a power of the step: nowcast.plain_model=power).
+// A mode may carry config overrides of its own after '@' ("nino-span-power@nowcast.tolerance=0.05",
+// several joined by '@'), so that two settings of one mode run side by side on the same seed -
+// the only pairing whose wall-clock ratios compare (a shared VM's speed drifts between runs).
+// They are applied after --set and win over it; the whole string names the mode in the CSVs.
+struct ModeSpec {
+  std::string base;                    // a mode of all_modes below
+  std::vector<std::string> overrides;  // "key=value"
+};
+
+ModeSpec split_mode(const std::string& mode) {
+  ModeSpec spec;
+  size_t at = mode.find('@');
+  spec.base = mode.substr(0, at);
+  while (at != std::string::npos) {
+    const size_t next = mode.find('@', at + 1);
+    spec.overrides.push_back(mode.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
+    at = next;
+  }
+  return spec;
+}
+
 // The registered nowcaster a mode names ("own-gpt-late": "own-gpt", not "own"), or "" for none.
-std::string nowcast_model_of(const std::string& mode) {
+std::string nowcast_model_of(const std::string& full_mode) {
+  const std::string mode = split_mode(full_mode).base;
   std::string best;
   for (const auto& spec : ht::nowcaster_registry())
     if ((mode == spec.name || mode.rfind(spec.name + "-", 0) == 0) && spec.name.size() > best.size()) best = spec.name;
@@ -71,8 +93,9 @@ int64_t tensor_bytes_now() { return ht::allocator_stats().current_bytes; }
 
 // A mode's whole config: the task's, the mode's own overrides and the --set ones (hybrid.* and
 // nowcast.* only where they apply). The up-front check of --set builds the same.
-Config mode_config(const std::string& task, const std::string& mode, int64_t seed, int64_t steps,
+Config mode_config(const std::string& task, const std::string& full_mode, int64_t seed, int64_t steps,
                    const std::vector<std::string>& extra, double average_decay, const std::string& protocol) {
+  const auto [mode, own] = split_mode(full_mode);
   Config c = task_config(task, steps, protocol);
   c.set_override("run.seed=" + std::to_string(seed));
   // "hybrid-batch" is hybrid mode verifying every predicted step on its own batch instead of
@@ -122,10 +145,11 @@ Config mode_config(const std::string& task, const std::string& mode, int64_t see
     for (auto kv : {"lookahead.k=10", "lookahead.alpha=0.3", "lookahead.momentum=0.7"}) c.set_override(kv);
   for (const auto& kv : extra)  // hybrid.* and nowcast.* only where they apply
     if ((kv.rfind("hybrid.", 0) != 0 || hybrid) && (kv.rfind("nowcast.", 0) != 0 || nowcast)) c.set_override(kv);
+  for (const auto& kv : own) c.set_override(kv);  // named on this mode: applied as they are
   // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it
-  // (unless --set nowcast.verify_after says otherwise, here and in the windows below).
-  const bool window_set = std::any_of(extra.begin(), extra.end(),
-                                      [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; });
+  // (unless --set or the mode's own overrides set nowcast.verify_after, here and in the windows below).
+  const auto sets_window = [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; };
+  const bool window_set = std::any_of(extra.begin(), extra.end(), sets_window) || std::any_of(own.begin(), own.end(), sets_window);
   // "<nowcaster>-long": the longest window inside a recording interval (period / 5 - 1 steps).
   // "<nowcaster>-span": period / 4 steps, past the next recorded state (on FM-16 unverified WNN+
   // runs are ahead of plain 250 steps after each jump, not after 100). Both on a 16-batch
@@ -287,8 +311,23 @@ int main(int argc, char** argv) {
   app.add_option("--gpt-wide-steps", gpt_wide_steps);
   app.add_option("--modes", modes,
                  "plain hybrid hybrid-batch lookahead snoo plain-average, or a nowcaster (wnn nino own ...) alone or with "
-                 "-reset -rescale -noverify -search -late -long -span -span-horizon -span-half -span-held -span-keep -span-power (plain is required: it sets the target)")
-      ->check(CLI::IsMember(all_modes));
+                 "-reset -rescale -noverify -search -late -long -span -span-horizon -span-half -span-held -span-keep -span-power "
+                 "-span-sched (plain is required: it sets the target); any mode may add its own config overrides after '@', "
+                 "e.g. nino-span-power@nowcast.tolerance=0.05, to run beside the same mode without them")
+      ->check(CLI::Validator(
+          [&all_modes](std::string& mode) -> std::string {
+            const ModeSpec spec = split_mode(mode);
+            if (std::find(all_modes.begin(), all_modes.end(), spec.base) == all_modes.end())
+              return "unknown mode '" + spec.base + "' (see --help for the modes)";
+            if (mode.find(',') != std::string::npos)
+              return "mode '" + mode + "' has a comma: it would split the CSV's mode column";
+            for (const auto& kv : spec.overrides)
+              if (kv.find('=') == std::string::npos || kv.front() == '=')
+                return "mode '" + mode + "': '" + kv + "' after '@' is not key=value (e.g. " + spec.base +
+                       "@nowcast.tolerance=0.05)";
+            return "";
+          },
+          "MODE[@key=value...]"));
   app.add_option("--average-decay", average_decay, "train.average_decay of the plain-average mode");
   app.add_option("--seeds", seeds, "how many seeds")->check(CLI::Range(1, 1000));
   app.add_option("--first-seed", first_seed,
@@ -308,6 +347,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hybrid_bench: --modes must include plain (its curve sets the target)\n");
     return 2;
   }
+  for (size_t i = 0; i < modes.size(); ++i)
+    if (std::find(modes.begin() + i + 1, modes.end(), modes[i]) != modes.end()) {
+      std::fprintf(stderr, "hybrid_bench: --modes names %s twice (its results would overwrite each other)\n", modes[i].c_str());
+      return 2;
+    }
 
   // Bad --set keys or values fail here, in a second, not after the first hour of runs.
   try {
