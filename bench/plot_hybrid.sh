@@ -14,7 +14,7 @@ for task in $(tail -n +2 "$dir/hybrid_curves.csv" | cut -d, -f1 | sort -u); do
     plot="$plot${plot:+, }\"$dir/.$task-$mode.dat\" with linespoints title \"$mode\""
   done
   gnuplot <<GP
-set terminal pngcairo size 900,560
+set terminal pngcairo noenhanced size 900,560
 set output "$dir/hybrid_$task.png"
 set title "$task${label:+ ($label)}: validation loss vs training wall-clock (seed $seed; the untrained point at 0 s is left out)"
 set xlabel "seconds of training"
