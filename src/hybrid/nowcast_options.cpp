@@ -23,6 +23,7 @@ void NowcastStrategyOptions::validate() const {
   if (!(horizon_power > 0.0 && std::isfinite(horizon_power)))
     fail_option("horizon_power", cat("= ", horizon_power, ": must be > 0 (NiNo's is 2)"));
   if (schedule_steps < 0) fail_option("schedule_steps", "must be >= 0 (0: the run's max_steps)");
+  if (last_jump_step < 0) fail_option("last_jump_step", cat("= ", last_jump_step, ": must be >= 0 (0: no limit)"));
   if (probe_batches < 1) fail_option("probe_batches", "= " + std::to_string(probe_batches) + ": must be >= 1");
   if (horizon_search < 1 || horizon_search > 16)
     fail_option("horizon_search", "= " + std::to_string(horizon_search) + ": must be in [1, 16] (1 = the schedule's k only)");

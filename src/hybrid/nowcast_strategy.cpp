@@ -91,7 +91,9 @@ class NowcastEngine final : public NowcastStrategy {
       record(recorded_);
       if (++recorded_ == kNowcastContext) {
         recorded_ = 0;
-        if (skip_left_ > 0) {
+        if (opt_.last_jump_step > 0 && s + 1 > opt_.last_jump_step) {
+          summary_.jump_log.push_back(cat("step ", s + 1, ": not made (after nowcast.last_jump_step = ", opt_.last_jump_step, ")"));
+        } else if (skip_left_ > 0) {
           --skip_left_;
           ++summary_.skipped;
           summary_.jump_log.push_back(cat("step ", s + 1, ": skipped (backing off after ", fails_, " failed jumps)"));

@@ -306,6 +306,24 @@ TEST(NowcastStrategy, WithoutVerificationAJumpIsKeptWhateverItDoes) {
   for (const auto& p : params_of(nan_run)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
 }
 
+TEST(NowcastStrategy, NoJumpIsMadeAfterTheLastJumpStep) {
+  // Unverified jumps every 20 steps over 100: at 20, 40, 60, 80, 100; with the last at step 45,
+  // only the first two are made, and the rest of the run is real steps.
+  toy::MlpRun run(100);
+  ht::NowcastStrategyOptions o = options(20, 4);
+  o.verify = false;
+  o.last_jump_step = 45;
+  run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+  std::vector<int64_t> jumped_at;
+  for (int i = 0; i < 100; ++i)
+    if (run.trainer->train_step().extra.count("accepted")) jumped_at.push_back(run.trainer->step());
+  EXPECT_EQ(jumped_at, (std::vector<int64_t>{20, 40}));
+  const auto& summary = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
+  EXPECT_EQ(summary.jumps, 2);
+  EXPECT_EQ(summary.steps, 100);
+  EXPECT_NE(summary.to_string().find("step 60: not made (after nowcast.last_jump_step = 45)"), std::string::npos);
+}
+
 TEST(NowcastStrategy, AScaledJumpMovesTheWeightsByThatShareOfThePrediction) {
   toy::MlpRun run(20);
   ht::NowcastStrategyOptions o = options(20, 4);
@@ -950,6 +968,7 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 250, o.plain_model = "power", o.power_level_states = 5; }),
                        "power_level_states = 5: must be in [1, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.last_jump_step = -1; }), "last_jump_step = -1: must be >= 0"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_kinds = "weights"; }),
                        "jump_kinds = \"weights\": jump kinds \"weights\": unknown kind"));

@@ -41,6 +41,10 @@ struct NowcastStrategyOptions {
   // over them against its mean over the states' span; at least 1). A constant rate leaves k as
   // it is; warmup + cosine roughly halves the early ones. Off: NiNo's k, whatever the schedule.
   bool horizon_by_schedule = false;
+  // No jump after this step (0: no limit): the schedule's later jumps are not made. Under a
+  // decaying schedule a run reaches plain's target by mid-run, so its later jumps cannot shorten
+  // the time to target, only cost verdicts, and (kept unverified) end quality (BENCHMARKS.md 9).
+  int64_t last_jump_step = 0;
 
   // Verification: the probe loss (the next probe_batches training batches, peeked, so the data
   // order stays plain mode's; or held-out ones, probe_holdout below) after the jump may exceed
