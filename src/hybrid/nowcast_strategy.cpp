@@ -91,8 +91,8 @@ class NowcastEngine final : public NowcastStrategy {
       record(recorded_);
       if (++recorded_ == kNowcastContext) {
         recorded_ = 0;
-        if (opt_.last_jump_step > 0 && s + 1 > opt_.last_jump_step) {
-          summary_.jump_log.push_back(cat("step ", s + 1, ": not made (after nowcast.last_jump_step = ", opt_.last_jump_step, ")"));
+        if (const std::string why = why_no_jump(trainer, s); !why.empty()) {
+          summary_.jump_log.push_back(cat("step ", s + 1, ": not made (", why, ")"));
         } else if (skip_left_ > 0) {
           --skip_left_;
           ++summary_.skipped;
@@ -118,6 +118,17 @@ class NowcastEngine final : public NowcastStrategy {
     rec.ms = ms_since(t0);
     rec.items_per_sec = rec.ms > 0.0 ? rec.items_per_sec / (rec.ms / 1000.0) : 0.0;
     return rec;
+  }
+
+  // Why the jump that would replace 0-based step s is not made; empty when it is.
+  std::string why_no_jump(const Trainer& trainer, int64_t s) const {
+    if (opt_.last_jump_step > 0 && s + 1 > opt_.last_jump_step)
+      return cat("after nowcast.last_jump_step = ", opt_.last_jump_step);
+    const LrSchedule& schedule = trainer.options().schedule;
+    const double rate = schedule.at(1.0, s);  // of its peak (the base rate)
+    if (s >= schedule.warmup_steps && rate < opt_.jump_lr_fraction)
+      return cat("the rate is ", fixed(rate, 3), " of its peak, below nowcast.jump_lr_fraction = ", opt_.jump_lr_fraction);
+    return "";
   }
 
   void on_finish(Trainer& /*trainer*/) override {
