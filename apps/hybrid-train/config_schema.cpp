@@ -151,7 +151,7 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.horizon_power", T::Float, num(N.horizon_power), {}, "decay of the horizon over the run (NiNo: 2)", R::in(0, 16).open_lo()},
       {"nowcast.horizon_by_schedule", T::Bool, N.horizon_by_schedule ? "true" : "false", {}, "read each k as plain's steps ahead under the learning-rate schedule: ask the nowcaster for the intervals of its states' pace that cover them (a decaying rate shortens the jumps)"},
       {"nowcast.last_jump_step", T::Int, num(N.last_jump_step), {}, "no jump after this step (0: none after the run's end); the states are still recorded", R::in(0, kSteps)},
-      {"nowcast.jump_lr_fraction", T::Float, num(N.jump_lr_fraction), {}, "no jump once the learning-rate schedule, past its warmup, is below this fraction of its peak (0: no limit; a constant rate never is)", R::in(0, 1).means("0 = no limit")},
+      {"nowcast.last_jump_fraction", T::Float, num(N.last_jump_fraction), {}, "no jump after this share of the run (0.5: none after mid-run; 0: no limit); the states are still recorded", R::in(0, 1).means("0 = no limit")},
       {"nowcast.verify", T::Bool, N.verify ? "true" : "false", {}, "check each jump on a probe and undo it when the probe loss rises"},
       {"nowcast.probe_batches", T::Int, num(N.probe_batches), {}, "training batches peeked as the verification probe", R::in(1, kMillion)},
       {"nowcast.probe_holdout", T::Bool, N.probe_holdout ? "true" : "false", {}, "judge jumps on data held out of training (data.probe_fraction) instead of the next training batches: catches jumps that overfit"},

@@ -296,7 +296,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.horizon_power = c.get_float("nowcast.horizon_power");
   o.horizon_by_schedule = c.get_bool("nowcast.horizon_by_schedule");
   o.last_jump_step = c.get_int("nowcast.last_jump_step");
-  o.jump_lr_fraction = c.get_float("nowcast.jump_lr_fraction");
+  o.last_jump_fraction = c.get_float("nowcast.last_jump_fraction");
   o.verify = c.get_bool("nowcast.verify");
   o.probe_batches = c.get_int("nowcast.probe_batches");
   o.probe_holdout = c.get_bool("nowcast.probe_holdout");

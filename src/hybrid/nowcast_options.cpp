@@ -24,8 +24,8 @@ void NowcastStrategyOptions::validate() const {
     fail_option("horizon_power", cat("= ", horizon_power, ": must be > 0 (NiNo's is 2)"));
   if (schedule_steps < 0) fail_option("schedule_steps", "must be >= 0 (0: the run's max_steps)");
   if (last_jump_step < 0) fail_option("last_jump_step", cat("= ", last_jump_step, ": must be >= 0 (0: no limit)"));
-  if (!(jump_lr_fraction >= 0.0 && jump_lr_fraction <= 1.0))
-    fail_option("jump_lr_fraction", cat("= ", jump_lr_fraction, ": must be in [0, 1] (0: no limit; 0.5: no jump once the rate is below half its peak)"));
+  if (!(last_jump_fraction >= 0.0 && last_jump_fraction <= 1.0))
+    fail_option("last_jump_fraction", cat("= ", last_jump_fraction, ": must be in [0, 1] (0: no limit; 0.5: no jump after mid-run)"));
   if (probe_batches < 1) fail_option("probe_batches", "= " + std::to_string(probe_batches) + ": must be >= 1");
   if (horizon_search < 1 || horizon_search > 16)
     fail_option("horizon_search", "= " + std::to_string(horizon_search) + ": must be in [1, 16] (1 = the schedule's k only)");

@@ -124,10 +124,10 @@ class NowcastEngine final : public NowcastStrategy {
   std::string why_no_jump(const Trainer& trainer, int64_t s) const {
     if (opt_.last_jump_step > 0 && s + 1 > opt_.last_jump_step)
       return cat("after nowcast.last_jump_step = ", opt_.last_jump_step);
-    const LrSchedule& schedule = trainer.options().schedule;
-    const double rate = schedule.at(1.0, s);  // of its peak (the base rate)
-    if (s >= schedule.warmup_steps && rate < opt_.jump_lr_fraction)
-      return cat("the rate is ", fixed(rate, 3), " of its peak, below nowcast.jump_lr_fraction = ", opt_.jump_lr_fraction);
+    const int64_t run = opt_.schedule_steps > 0 ? opt_.schedule_steps : trainer.options().max_steps;
+    const int64_t last = std::llround(opt_.last_jump_fraction * static_cast<double>(run));
+    if (opt_.last_jump_fraction > 0.0 && s + 1 > last)
+      return cat("after step ", last, " = nowcast.last_jump_fraction ", opt_.last_jump_fraction, " x ", run);
     return "";
   }
 

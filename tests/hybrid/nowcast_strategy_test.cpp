@@ -324,34 +324,30 @@ TEST(NowcastStrategy, NoJumpIsMadeAfterTheLastJumpStep) {
   EXPECT_NE(summary.to_string().find("step 60: not made (after nowcast.last_jump_step = 45)"), std::string::npos);
 }
 
-TEST(NowcastStrategy, NoJumpIsMadeOnceTheScheduleBringsTheRateBelowTheFraction) {
-  // Warmup over 50 steps, cosine to 0.1 at step 200, unverified jumps every 20 steps. The rate
-  // (of its peak, computed independently) at the jumps' steps 20, 40, ..., 200: 0.40 (warmup: not
-  // gated), 0.80, 0.99, 0.92, 0.78, 0.61, then 0.42, 0.26, 0.14, 0.10, below half.
-  const auto jumps_under = [](ht::LrSchedule::Kind kind, double fraction) {
-    toy::MlpRun run(200);
-    run.configure([kind](ht::TrainerOptions& to) {
-      to.schedule.kind = kind;
-      to.schedule.warmup_steps = 50;
-      to.schedule.min_lr_ratio = 0.1;
-    });
+TEST(NowcastStrategy, NoJumpIsMadeAfterTheLastJumpFractionOfTheRun) {
+  // Unverified jumps every 20 steps; 0.45 of a 100-step run is step 45 (jumps at 20 and 40), and
+  // of a 200-step run step 90 (20 ... 80), whatever the rate does; nowcast.schedule_steps, where
+  // set, is the run the share is of.
+  const auto jumps_under = [](int64_t steps, double fraction, int64_t schedule_steps) {
+    toy::MlpRun run(steps);
     ht::NowcastStrategyOptions o = options(20, 4);
     o.verify = false;
-    o.jump_lr_fraction = fraction;
+    o.last_jump_fraction = fraction;
+    o.schedule_steps = schedule_steps;
     run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
     std::vector<int64_t> jumped_at;
-    for (int i = 0; i < 200; ++i)
+    for (int64_t i = 0; i < steps; ++i)
       if (run.trainer->train_step().extra.count("accepted")) jumped_at.push_back(run.trainer->step());
     const auto& summary = dynamic_cast<ht::NowcastStrategy*>(run.trainer->strategy())->summary();
     return std::make_pair(jumped_at, summary.to_string());
   };
-  const auto [cosine, cosine_log] = jumps_under(ht::LrSchedule::Kind::Cosine, 0.5);
-  EXPECT_EQ(cosine, (std::vector<int64_t>{20, 40, 60, 80, 100, 120}));
-  EXPECT_NE(cosine_log.find("step 140: not made (the rate is 0.420 of its peak, below nowcast.jump_lr_fraction = 0.5)"),
-            std::string::npos) << cosine_log;
-  // Without the gate every jump is made; a constant rate (past warmup) is never below its peak.
-  EXPECT_EQ(jumps_under(ht::LrSchedule::Kind::Cosine, 0.0).first.size(), 10u);
-  EXPECT_EQ(jumps_under(ht::LrSchedule::Kind::Constant, 0.9).first.size(), 10u);
+  const auto [short_run, short_log] = jumps_under(100, 0.45, 0);
+  EXPECT_EQ(short_run, (std::vector<int64_t>{20, 40}));
+  EXPECT_NE(short_log.find("step 60: not made (after step 45 = nowcast.last_jump_fraction 0.45 x 100)"), std::string::npos)
+      << short_log;
+  EXPECT_EQ(jumps_under(200, 0.45, 0).first, (std::vector<int64_t>{20, 40, 60, 80}));
+  EXPECT_EQ(jumps_under(100, 0.45, 200).first, (std::vector<int64_t>{20, 40, 60, 80}));
+  EXPECT_EQ(jumps_under(100, 0.0, 0).first.size(), 5u);
 }
 
 TEST(NowcastStrategy, AScaledJumpMovesTheWeightsByThatShareOfThePrediction) {
@@ -999,7 +995,7 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
                        "power_level_states = 5: must be in [1, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.redo_budget = 1.5; }), "redo_budget = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.last_jump_step = -1; }), "last_jump_step = -1: must be >= 0"));
-  EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_lr_fraction = 1.5; }), "jump_lr_fraction = 1.5: must be in [0, 1]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.last_jump_fraction = 1.5; }), "last_jump_fraction = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_kinds = "weights"; }),
                        "jump_kinds = \"weights\": jump kinds \"weights\": unknown kind"));
