@@ -120,11 +120,16 @@ class NowcastEngine final : public NowcastStrategy {
     return rec;
   }
 
+  // The run the jump schedule and last_jump_fraction span: schedule_steps, or the trainer's length.
+  int64_t run_steps(const Trainer& trainer) const {
+    return opt_.schedule_steps > 0 ? opt_.schedule_steps : trainer.options().max_steps;
+  }
+
   // Why the jump that would replace 0-based step s is not made; empty when it is.
   std::string why_no_jump(const Trainer& trainer, int64_t s) const {
     if (opt_.last_jump_step > 0 && s + 1 > opt_.last_jump_step)
       return cat("after nowcast.last_jump_step = ", opt_.last_jump_step);
-    const int64_t run = opt_.schedule_steps > 0 ? opt_.schedule_steps : trainer.options().max_steps;
+    const int64_t run = run_steps(trainer);
     const int64_t last = std::llround(opt_.last_jump_fraction * static_cast<double>(run));
     if (opt_.last_jump_fraction > 0.0 && s + 1 > last)
       return cat("after step ", last, " = nowcast.last_jump_fraction ", opt_.last_jump_fraction, " x ", run);
@@ -287,7 +292,7 @@ class NowcastEngine final : public NowcastStrategy {
                            to_string(opt_.optimizer_state) +
                            " its state after a jump: set nowcast.optimizer_state=keep or use optim.name=adamw");
     }
-    horizons_ = nowcast_horizons(opt_, opt_.schedule_steps > 0 ? opt_.schedule_steps : trainer.options().max_steps);
+    horizons_ = nowcast_horizons(opt_, run_steps(trainer));
     if (opt_.horizon_by_schedule) horizons_ = schedule_horizons(horizons_, trainer.options().schedule, opt_.period);
     interval_ = opt_.period / kNowcastContext;
     in_place_ = true;
