@@ -32,6 +32,11 @@ struct Point {
   int64_t step;
   double seconds;  // training wall-clock only (evaluation excluded: it is the same for every mode)
   double val_loss;
+  double val_accuracy;  // NaN for objectives without one (the GPTs)
+  // Parameter L2 norms at the evaluation: all parameters together, and each tensor by name (what
+  // a jump does to the weights' scale, beside what it does to the loss).
+  double weight_norm;
+  std::vector<std::pair<std::string, double>> tensor_norms;
 };
 
 struct RunResult {
@@ -187,7 +192,7 @@ class Run {
     trainer_ = std::make_unique<ht::Trainer>(*session_.objective, *session_.optimizer, *session_.data, o);
     trainer_->set_strategy(ht::cli::build_strategy(c, &session_));
     result_ = RunResult{task, mode, seed, {}, 0, 0};
-    result_.curve.push_back({0, 0.0, trainer_->evaluate().val_loss});
+    result_.curve.push_back(point(0.0));
   }
 
   bool done() const { return trainer_->step() >= steps_; }
@@ -206,9 +211,23 @@ class Run {
       // As in Trainer::fit: predicted steps that are later undone never reach a curve.
       const bool verified = !trainer_->strategy() || trainer_->strategy()->at_verified_point();
       if (evals_.evaluate_now(trainer_->step(), verified))
-        result_.curve.push_back({trainer_->step(), seconds_, trainer_->evaluate().val_loss});
+        result_.curve.push_back(point(seconds_));
     }
     own_bytes_ += tensor_bytes_now() - before;
+  }
+
+  Point point(double seconds) {
+    const ht::EvalRecord e = trainer_->evaluate();
+    Point p{trainer_->step(), seconds, e.val_loss, e.accuracy, 0.0, {}};
+    torch::NoGradGuard no_grad;
+    double total = 0;
+    for (const auto& item : session_.objective->module().named_parameters()) {
+      const double norm = item.value().norm().item<double>();
+      p.tensor_norms.emplace_back(item.key(), norm);
+      total += norm * norm;
+    }
+    p.weight_norm = std::sqrt(total);
+    return p;
   }
   void add_own_bytes(int64_t bytes) { own_bytes_ += bytes; }
 
@@ -385,7 +404,9 @@ int main(int argc, char** argv) {
   std::printf("cpu: %s, threads %lld\n", ht::cpu_model().c_str(), static_cast<long long>(threads));
   fs::create_directories(out_dir);
   std::ofstream curves(out_dir + "/hybrid_curves.csv"), summary(out_dir + "/hybrid_summary.csv");
-  curves << "task,mode,seed,step,seconds,val_loss\n";
+  std::ofstream norms(out_dir + "/hybrid_norms.csv");
+  curves << "task,mode,seed,step,seconds,val_loss,val_accuracy,weight_norm\n";
+  norms << "task,mode,seed,step,tensor,norm\n";
   summary << "task,protocol,mode,seed,target,seconds_to_target,steps_to_target,speedup_vs_plain,step_ratio_vs_plain,"
              "val_loss_at_plain_seconds,final_val_loss,best_val_loss,total_seconds,nowcast_seconds,peak_mib,"
              "predicted_applied,predicted_kept\n";
@@ -424,11 +445,16 @@ int main(int argc, char** argv) {
       for (size_t j = 0; j < live.size(); ++j) {
         const std::string& mode = modes[j];
         runs[mode] = live[j]->finish();
-        for (const auto& p : runs[mode].curve)
-          curves << fmt::format("{},{},{},{},{:.4f},{:.6f}\n", task, mode, seed, p.step, p.seconds, p.val_loss);
+        for (const auto& p : runs[mode].curve) {
+          curves << fmt::format("{},{},{},{},{:.4f},{:.6f},{:.6f},{:.6f}\n", task, mode, seed, p.step, p.seconds,
+                                p.val_loss, p.val_accuracy, p.weight_norm);
+          for (const auto& [name, norm] : p.tensor_norms)
+            norms << fmt::format("{},{},{},{},{},{:.6f}\n", task, mode, seed, p.step, name, norm);
+        }
       }
       live.clear();
       curves.flush();
+      norms.flush();
       const RunResult& plain = runs.at("plain");
       // Target: plain's validation loss at the evaluation nearest 80 % of its budget (at80), or
       // its best validation loss up to there (best80).
@@ -482,7 +508,7 @@ int main(int argc, char** argv) {
                   median(final_losses[mode]));
     }
   }
-  std::printf("curves: %s/hybrid_curves.csv, summary: %s/hybrid_summary.csv; plots: bench/plot_hybrid.sh\n",
+  std::printf("curves: %s/hybrid_curves.csv (loss, accuracy, weight norm; each tensor's norm in hybrid_norms.csv), summary: %s/hybrid_summary.csv; plots: bench/plot_hybrid.sh\n",
               out_dir.c_str(), out_dir.c_str());
   return 0;
 }

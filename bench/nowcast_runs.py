@@ -18,6 +18,10 @@
       that power with its level averaged over the last five evaluations, and the same judged on
       the mean error of the next two (the least noise a verdict could see from plain's curve);
       rms and mean of log(actual / guess), steps 1000-2999 and from 3000 on
+  python3 bench/nowcast_runs.py --norms [--every 1000] DIR ...  per mode against plain, every 1000
+      steps: validation loss, accuracy, the weights' L2 norm and each tensor's norm as a ratio to
+      plain's at the same step (hybrid_bench's curves since they carry val_accuracy and
+      weight_norm, and its hybrid_norms.csv)
   python3 bench/nowcast_runs.py --gates --mode nino-span-power DIR ...  what gating the mode's
       jumps would have given: no jump from step S on (S = 3000 ... 7000), or none with a horizon
       k <= K; each undone jump a rule removes before the run's target gives back its window's
@@ -294,6 +298,33 @@ def yardstick(dirs, late_from, first_jump=1000):
                   (f" ({len(errs)} guesses)" if len(errs) != n else ""))
 
 
+def norms(dirs, every):
+    for d in dirs:
+        with open(os.path.join(d, "hybrid_curves.csv")) as f:
+            curves = list(csv.DictReader(f))
+        if "weight_norm" not in curves[0]:
+            raise SystemExit(f"{d}: its curves carry no weight norms (written before hybrid_bench logged them)")
+        with open(os.path.join(d, "hybrid_norms.csv")) as f:
+            tensors = {}
+            for r in csv.DictReader(f):
+                tensors.setdefault((r["mode"], int(r["step"])), {})[r["tensor"]] = float(r["norm"])
+        at = {(r["mode"], int(r["step"])): r for r in curves}
+        modes = list(dict.fromkeys(r["mode"] for r in curves))
+        print(f"{d}:")
+        for mode in modes:
+            print(f"  {mode}")
+            for (m, step), r in sorted(at.items(), key=lambda x: x[0][1]):
+                if m != mode or step == 0 or step % every:
+                    continue
+                line = (f"    step {step:5d}: loss {float(r['val_loss']):.4f}, accuracy {float(r['val_accuracy']):.4f},"
+                        f" |w| {float(r['weight_norm']):.2f}")
+                base = tensors.get(("plain", step))
+                if mode != "plain" and base:
+                    own = tensors[(mode, step)]
+                    line += "; x plain: " + " ".join(f"{t} {own[t] / base[t]:.2f}" for t in own if t.endswith("weight"))
+                print(line)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+")
@@ -302,6 +333,8 @@ if __name__ == "__main__":
     ap.add_argument("--verdicts", action="store_true", help="tally the mode's delayed verdicts (see above)")
     ap.add_argument("--yardstick", action="store_true", help="errors of plain's guessed progress (see above)")
     ap.add_argument("--gates", action="store_true", help="replay gates on the mode's late jumps (see above)")
+    ap.add_argument("--norms", action="store_true", help="loss, accuracy and weight norms against plain's (see above)")
+    ap.add_argument("--every", type=int, default=1000, help="steps between the rows of --norms")
     ap.add_argument("--late-from", type=int, default=3000, help="first step counted as late (--verdicts, --yardstick)")
     ap.add_argument("--tail", type=float, default=0.2, help="share of the run whose evaluations are averaged")
     ap.add_argument("--smooth", type=int, default=1, help="odd number of evaluations the curves are averaged over "
@@ -309,7 +342,9 @@ if __name__ == "__main__":
     a = ap.parse_args()
     if a.smooth < 1 or a.smooth % 2 == 0:
         ap.error(f"--smooth {a.smooth}: give an odd count of evaluations (1, 3, 5, ...), centred on each")
-    if a.gates:
+    if a.norms:
+        norms(a.dirs, a.every)
+    elif a.gates:
         gates(a.dirs, a.mode)
     elif a.yardstick:
         yardstick(a.dirs, a.late_from)

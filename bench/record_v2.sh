@@ -14,7 +14,7 @@
 # wall-clock ratios inside a part are measured under the same load. Every run uses 1 thread: on
 # this shared 2-vCPU machine two OpenMP threads spin against the other jobs (an FM-16 step took
 # 900 ms with 2 threads against 147 ms with 1, user CPU 230 against 34 ms, load average 10).
-# Output: bench/results/record_v2/<part>/{log,hybrid_summary.csv,hybrid_curves.csv,hybrid_<task>.png}.
+# Output: bench/results/record_v2/<part>/{log,hybrid_summary.csv,hybrid_curves.csv,hybrid_norms.csv,hybrid_<task>.png}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${HT_BENCH_OUT:-bench/results/record_v2}
