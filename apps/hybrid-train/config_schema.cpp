@@ -157,6 +157,7 @@ const std::vector<KeySpec>& config_schema() {
       {"nowcast.probe_holdout", T::Bool, N.probe_holdout ? "true" : "false", {}, "judge jumps on data held out of training (data.probe_fraction) instead of the next training batches: catches jumps that overfit"},
       {"nowcast.horizon_search", T::Int, num(N.horizon_search), {}, "horizons each jump tries on the probe (k, 2k, k/2, 4k, ...); 1 = the schedule's only", R::in(1, 16)},
       {"nowcast.jump_scale", T::Float, num(N.jump_scale), {}, "a jump moves the weights by this multiple of the predicted change (1 = to the prediction)", R::in(0, 4).open_lo()},
+      {"nowcast.jump_norm_scale", T::Float, num(N.jump_norm_scale), {}, "each tensor's norm after a jump: its norm before plus this share of the predicted change to it (1 = the prediction's, 0 = unchanged; the direction is the prediction's)", R::in(0, 1)},
       {"nowcast.jump_kinds", T::String, N.jump_kinds, {}, "the parameter kinds a jump moves: all, or kinds joined by + (linear, conv, bias, norm, wte, wpe, attn); the others stay put", {}, /*non_empty=*/true},
       {"nowcast.verify_after", T::Int, num(N.verify_after), {}, "delayed verification: judge a jump after this many real steps from it, against plain's expected progress (0 = right after the jump; < 4 x period / 5)", R::in(0, kSteps).means("0 = judge right after the jump")},
       {"nowcast.redo_budget", T::Float, num(N.redo_budget), {}, "delayed verification: share of the run's steps undone windows may throw away before jumps stop (0 or 1 = no limit)", R::in(0, 1)},

@@ -315,6 +315,7 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
   o.power_level_states = c.get_int("nowcast.power_level_states");
   o.horizon_search = c.get_int("nowcast.horizon_search");
   o.jump_scale = c.get_float("nowcast.jump_scale");
+  o.jump_norm_scale = c.get_float("nowcast.jump_norm_scale");
   o.jump_kinds = c.get_string("nowcast.jump_kinds");
   o.optimizer_state = parse_optimizer_state(c.get_string("nowcast.optimizer_state"));
   o.momentum_scale = c.get_float("nowcast.momentum_scale");

@@ -60,6 +60,9 @@ void NowcastStrategyOptions::validate() const {
     fail_option("horizon_search", "must be 1 with verify_after > 0: the search compares horizons right after the jump");
   if (!(tolerance >= 0.0 && tolerance <= 1.0))
     fail_option("tolerance", cat("= ", tolerance, ": must be in [0, 1] (a share of the probe loss)"));
+  if (!(jump_norm_scale >= 0.0 && jump_norm_scale <= 1.0))
+    fail_option("jump_norm_scale", cat("= ", jump_norm_scale,
+                                       ": must be in [0, 1] (1: the prediction's norm, 0: the norm before the jump)"));
   if (!(jump_scale > 0.0 && jump_scale <= 4.0))
     fail_option("jump_scale", cat("= ", jump_scale, ": must be in (0, 4] (1: the prediction itself)"));
   try {

@@ -404,14 +404,19 @@ class NowcastEngine final : public NowcastStrategy {
       for (int t = 0; t < kNowcastContext; ++t) states[i].push_back(states_[t][i]);
     std::vector<at::Tensor>& predicted = in_place_ ? params_ : scratch_;  // host tensors either way
     model().predict(states, k, predicted);
-    if (opt_.jump_scale != 1.0 || !jump_kinds_.all()) {
+    if (opt_.jump_scale != 1.0 || opt_.jump_norm_scale != 1.0 || !jump_kinds_.all()) {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i) {
         const at::Tensor& last = states_[kNowcastContext - 1][i];
-        if (!jump_kinds_.moves(spec_.params[i].kind))
+        if (!jump_kinds_.moves(spec_.params[i].kind)) {
           predicted[i].copy_(last);
-        else if (opt_.jump_scale != 1.0)
-          predicted[i].sub_(last).mul_(opt_.jump_scale).add_(last);
+          continue;
+        }
+        if (opt_.jump_scale != 1.0) predicted[i].sub_(last).mul_(opt_.jump_scale).add_(last);
+        if (opt_.jump_norm_scale != 1.0) {
+          const double before = last.norm().item<double>(), after = predicted[i].norm().item<double>();
+          if (after > 0.0) predicted[i].mul_((before + opt_.jump_norm_scale * (after - before)) / after);
+        }
       }
     }
     if (!in_place_) {

@@ -362,6 +362,25 @@ TEST(NowcastStrategy, AScaledJumpMovesTheWeightsByThatShareOfThePrediction) {
   for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::allclose(params_of(run)[i], before[i] + 0.75));
 }
 
+TEST(NowcastStrategy, ANormScaledJumpKeepsThePredictedDirectionAtTheScaledNorm) {
+  for (const double s : {0.0, 0.5}) {
+    toy::MlpRun run(20);
+    ht::NowcastStrategyOptions o = options(20, 4);
+    o.verify = false;
+    o.jump_norm_scale = s;
+    run.trainer->set_strategy(ht::make_nowcast_strategy(o, scripted(push_away)));
+    for (int i = 0; i < 19; ++i) run.trainer->train_step();
+    const auto before = toy::clone_all(params_of(run));
+    EXPECT_EQ(run.trainer->train_step().extra.at("accepted"), 1.0);
+    for (size_t i = 0; i < before.size(); ++i) {
+      const at::Tensor predicted = before[i] + 3.0;  // push_away's prediction
+      const double n0 = before[i].norm().item<double>(), n1 = predicted.norm().item<double>();
+      const at::Tensor expected = predicted * ((n0 + s * (n1 - n0)) / n1);
+      EXPECT_TRUE(torch::allclose(params_of(run)[i], expected, 1e-5, 1e-6)) << "scale " << s << ", tensor " << i;
+    }
+  }
+}
+
 TEST(NowcastStrategy, AJumpOverSomeKindsLeavesTheOthersWhereTheOptimizerLeftThem) {
   toy::MlpRun run(20);
   ht::NowcastStrategyOptions o = options(20, 4);
@@ -997,6 +1016,7 @@ TEST(NowcastStrategy, BadOptionsAreErrorsThatNameTheFix) {
   EXPECT_TRUE(contains(error_of([](auto& o) { o.last_jump_step = -1; }), "last_jump_step = -1: must be >= 0"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.last_jump_fraction = 1.5; }), "last_jump_fraction = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_scale = 0; }), "jump_scale = 0: must be in (0, 4]"));
+  EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_norm_scale = 1.5; }), "jump_norm_scale = 1.5: must be in [0, 1]"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.jump_kinds = "weights"; }),
                        "jump_kinds = \"weights\": jump kinds \"weights\": unknown kind"));
   EXPECT_TRUE(contains(error_of([](auto& o) { o.verify_after = 100, o.horizon_search = 3; }), "horizon_search must be 1 with verify_after"));

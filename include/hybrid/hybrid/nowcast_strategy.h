@@ -142,6 +142,11 @@ struct NowcastStrategyOptions {
   // A jump moves the weights by this multiple of the predicted change (1: to the prediction).
   // `nowcast-meta scan` measures what each scale is worth once the optimizer has corrected it.
   double jump_scale = 1.0;
+  // Each moved tensor's L2 norm after a jump: its norm before plus this share of the change the
+  // prediction makes to it, the predicted direction kept (1: the prediction's norm; 0: the norm
+  // before the jump). NiNo's far jumps at a constant rate grow the weights' norms far past what
+  // their loss progress is worth (BENCHMARKS.md 9, "What the jumps do to the weights' norms").
+  double jump_norm_scale = 1.0;
   // The parameter kinds a jump moves (JumpKinds: "all", or e.g. "linear+attn"); the others stay
   // where the optimizer left them. `nowcast-meta scan --parts` measures each kind's jump.
   std::string jump_kinds = "all";
