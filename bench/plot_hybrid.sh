@@ -11,15 +11,17 @@ for task in $(tail -n +2 "$dir/hybrid_curves.csv" | cut -d, -f1 | sort -u); do
   plot=""
   for mode in $modes; do
     awk -F, -v t="$task" -v m="$mode" -v s="$seed" '$1==t && $2==m && $3==s && $4>0 {print $5, $6}' "$dir/hybrid_curves.csv" > "$dir/.$task-$mode.dat"
-    plot="$plot${plot:+, }\"$dir/.$task-$mode.dat\" with linespoints title \"$mode\""
+    # Long mode names (base@nowcast.key=value@...) are shortened to "base key=value ...".
+    title=$(printf '%s' "$mode" | sed -e 's/@nowcast\./@/g' -e 's/@/ /g')
+    plot="$plot${plot:+, }\"$dir/.$task-$mode.dat\" with linespoints title \"$title\""
   done
   gnuplot <<GP
-set terminal pngcairo noenhanced size 900,560
+set terminal pngcairo noenhanced size 1000,600
 set output "$dir/hybrid_$task.png"
-set title "$task${label:+ ($label)}: validation loss vs training wall-clock (seed $seed; the untrained point at 0 s is left out)"
+set title "$task${label:+ ($label)}: validation loss vs training wall-clock, seed $seed (untrained point left out)"
 set xlabel "seconds of training"
 set ylabel "validation loss"
-set key top right
+set key below left Left reverse font ",9"
 set grid
 plot $plot
 GP
