@@ -21,7 +21,10 @@
   python3 bench/nowcast_runs.py --norms [--every 1000] DIR ...  per mode against plain, every 1000
       steps: validation loss, accuracy, the weights' L2 norm and each tensor's norm as a ratio to
       plain's at the same step (hybrid_bench's curves since they carry val_accuracy and
-      weight_norm, and its hybrid_norms.csv)
+      weight_norm, and its hybrid_norms.csv), and the |w| ratio to plain's where plain's loss
+      (both averaged over 5 evaluations) reaches the mode's: the norm that would match its progress
+      (past plain's end its loss and |w| over the second half carried on as powers of the step:
+      meaningful at a constant rate, not past the end of a decaying schedule)
   python3 bench/nowcast_runs.py --gates --mode nino-span-power DIR ...  what gating the mode's
       jumps would have given: no jump from step S on (S = 3000 ... 7000), or none with a horizon
       k <= K; each undone jump a rule removes before the run's target gives back its window's
@@ -298,6 +301,39 @@ def yardstick(dirs, late_from, first_jump=1000):
                   (f" ({len(errs)} guesses)" if len(errs) != n else ""))
 
 
+def progress_matched(curves, mode, step, width=5):
+    """Where plain's loss reaches this mode's at `step` (both averaged over `width` evaluations)
+    and the ratio of the mode's |w| to plain's there: 1 is the norm that matches the progress."""
+    def series(m):
+        pts = [(int(r["step"]), 0.0, float(r["val_loss"])) for r in curves if r["mode"] == m]
+        norm = {int(r["step"]): float(r["weight_norm"]) for r in curves if r["mode"] == m}
+        return smoothed(sorted(pts), width), norm
+    plain, plain_norm = series("plain")
+    own, own_norm = series(mode)
+    loss = next(v for s, _, v in own if s == step)  # smoothed: one evaluation moves +-0.02
+    for (s0, _, v0), (s1, _, v1) in zip(plain[1:], plain[2:]):
+        if v1 <= loss:
+            f = 1.0 if v0 == v1 else (v0 - loss) / (v0 - v1)
+            at, w = s0 + f * (s1 - s0), plain_norm[s0] + f * (plain_norm[s1] - plain_norm[s0])
+            return f"plain's loss there at ~{at:.0f} (|w| {w:.1f}): x{own_norm[step] / w:.2f}"
+    # Past plain's run: its loss and |w| over the second half carried on as powers of the step.
+    half = [(s, v) for s, _, v in plain if s >= plain[-1][0] / 2]
+    fit = lambda ys: least_squares([math.log(s) for s, _ in half], [math.log(y) for y in ys])
+    (lb, la), (nb, na) = fit([v for _, v in half]), fit([plain_norm[s] for s, _ in half])
+    if lb >= 0:
+        return "plain's loss stops falling: no match"
+    at = math.exp((math.log(loss) - la) / lb)
+    w = math.exp(na + nb * math.log(at))
+    return f"plain's loss there at ~{at:.0f}, extrapolated (|w| {w:.1f}): x{own_norm[step] / w:.2f}"
+
+
+def least_squares(xs, ys):
+    """(slope, intercept) of the straight line through (xs, ys)."""
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
+
+
 def norms(dirs, every):
     for d in dirs:
         with open(os.path.join(d, "hybrid_curves.csv")) as f:
@@ -322,6 +358,7 @@ def norms(dirs, every):
                 if mode != "plain" and base:
                     own = tensors[(mode, step)]
                     line += "; x plain: " + " ".join(f"{t} {own[t] / base[t]:.2f}" for t in own if t.endswith("weight"))
+                    line += "; " + progress_matched(curves, mode, step)
                 print(line)
 
 
