@@ -33,8 +33,8 @@ struct Point {
   double seconds;  // training wall-clock only (evaluation excluded: it is the same for every mode)
   double val_loss;
   double val_accuracy;  // NaN for objectives without one (the GPTs)
-  // Parameter L2 norms at the evaluation: all parameters together, and each tensor by name (what
-  // a jump does to the weights' scale, beside what it does to the loss).
+  // L2 norms of the evaluated weights (the average in plain-average mode): all parameters
+  // together, and each tensor by name (what a jump does to the weights' scale, beside the loss).
   double weight_norm;
   std::vector<std::pair<std::string, double>> tensor_norms;
 };
@@ -219,14 +219,17 @@ class Run {
   Point point(double seconds) {
     const ht::EvalRecord e = trainer_->evaluate();
     Point p{trainer_->step(), seconds, e.val_loss, e.accuracy, 0.0, {}};
-    torch::NoGradGuard no_grad;
-    double total = 0;
-    for (const auto& item : session_.objective->module().named_parameters()) {
-      const double norm = item.value().norm().item<double>();
-      p.tensor_norms.emplace_back(item.key(), norm);
-      total += norm * norm;
-    }
-    p.weight_norm = std::sqrt(total);
+    // The norms of the weights the loss scored: the average in plain-average mode.
+    trainer_->with_evaluated_weights([&] {
+      torch::NoGradGuard no_grad;
+      double total = 0;
+      for (const auto& item : session_.objective->module().named_parameters()) {
+        const double norm = item.value().norm().item<double>();
+        p.tensor_norms.emplace_back(item.key(), norm);
+        total += norm * norm;
+      }
+      p.weight_norm = std::sqrt(total);
+    });
     return p;
   }
   void add_own_bytes(int64_t bytes) { own_bytes_ += bytes; }
