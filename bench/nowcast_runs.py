@@ -248,9 +248,8 @@ def gates(dirs, mode):
 def power_exponent(curve, until):
     """b of loss ~ step^-b, least squares of log loss on log step over the evaluations in
     (0, until]: what nowcast.plain_model=power fits to the states before the first jump."""
-    pts = [(math.log(s), math.log(v)) for s, _, v in curve if 0 < s <= until]
-    mx, my = statistics.mean(x for x, _ in pts), statistics.mean(y for _, y in pts)
-    return -sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    pts = [(s, v) for s, _, v in curve if 0 < s <= until]
+    return -least_squares([math.log(s) for s, _ in pts], [math.log(v) for _, v in pts])[0]
 
 
 def yardstick_errors(curve, first_jump):
