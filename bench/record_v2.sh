@@ -81,6 +81,14 @@ run_part() {
                          --set nowcast.tolerance=0 --set nowcast.power_level_states=4 \
                          --modes plain nino-span-power nino-span-power@nowcast.tolerance=0.1@nowcast.last_jump_fraction=0.5 \
                          nino-span-power@nowcast.tolerance=0.1@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.5 ;;
+    # The record's other FM-16 rows in the README's setting (tolerance 0.1, no jump after mid-run,
+    # half the norm change): SNOO, the best non-learned baseline, and our own nowcaster in NiNo's place.
+    fm16_others_nino) part fm16_others_nino "NiNo protocol, SNOO and our own nowcaster" $seeds --tasks fm16 \
+                        --fm16-steps $fm16_steps --protocol nino --eval-points $(evals 40) --set data.probe_fraction=0.035 \
+                        --modes plain snoo own-span-power@nowcast.power_level_states=4@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.5 ;;
+    fm16_others_cosine) part fm16_others_cosine "warmup + cosine, SNOO and our own nowcaster" $seeds --tasks fm16 \
+                          --fm16-steps $fm16_steps --protocol cosine --eval-points $(evals 40) --set data.probe_fraction=0.035 \
+                          --modes plain snoo own-span-power@nowcast.power_level_states=4@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.5 ;;
     # FM-16, NiNo's task and protocol: AdamW 6e-3 constant, batch 128, 10k steps, period 1000.
     fm16_nino) part fm16_nino "NiNo protocol, constant lr" $seeds --tasks fm16 --fm16-steps $fm16_steps --protocol nino --eval-points $(evals 40) \
                  --modes plain snoo wnn-noverify nino-noverify own-noverify wnn-late nino-late own-late wnn-span ;;
@@ -119,7 +127,7 @@ run_part() {
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_nino gpt_cosine gptwide_nino)
+[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_nino gpt_cosine gptwide_nino)
 # RECORD_V2_JOBS parts at a time (1: one after the other, as the figures of record ran; the smoke
 # test runs two, each hybrid_bench on its own core). A failed part fails the whole command.
 jobs_at_once=${RECORD_V2_JOBS:-1}
