@@ -22,6 +22,9 @@ GRID = [i / 200 for i in range(1, 201)]  # shares of plain's training time
 
 def runs_in(directory, mode):
     """[(seed, target, plain_total_seconds, {mode: [(seconds, val_loss), ...]})] for one DIR."""
+    for name in ("hybrid_summary.csv", "hybrid_curves.csv"):
+        if not os.path.isfile(os.path.join(directory, name)):
+            sys.exit(f"{directory}: no {name} - pass folders that build/bench/hybrid_bench --out wrote")
     targets = {}
     with open(os.path.join(directory, "hybrid_summary.csv")) as f:
         for r in csv.DictReader(f):
