@@ -26,8 +26,13 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// Whether process `pid` has a handler installed for `sig` (the SigCgt mask in /proc).
+// Whether process `pid` runs the CLI and has a handler installed for `sig` (the SigCgt mask in
+// /proc). The CLI first: the `sh -c` that execs it catches SIGINT too (dash does under -c), and
+// a SIGINT sent to the shell before its exec ends it by that signal.
 bool catches(pid_t pid, int sig) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec);
+  if (ec || exe != fs::canonical(testing::cli_binary(), ec)) return false;
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(status, line))
