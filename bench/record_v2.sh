@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~27 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~28 h here)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
 #        RECORD_V2_JOBS=2: two parts at a time (their output only in each part's log)
@@ -69,13 +69,16 @@ run_part() {
     # 250 steps after it on a probe split held out of training (the training file's last 2100
     # images; every mode trains on the other 57,900), plain's progress guessed by a power of the
     # step, its level from the last four states, tolerance 0; and beside it the README's newer
-    # advice, tolerance 0.1 and no jump after mid-run, with the predicted norm change and with half
-    # of it (nowcast.jump_norm_scale=0.5: the far jumps' norm otherwise leaves an overconfident plateau).
+    # advice, tolerance 0.1 and no jump after mid-run, with the predicted norm change, with half of
+    # it (nowcast.jump_norm_scale=0.5: the far jumps' norm otherwise leaves an overconfident
+    # plateau) and, at the constant rate, a quarter (the README's choice there: Adam's constant
+    # rate keeps growing the norm after the last jump).
     fm16_power_nino) part fm16_power_nino "NiNo protocol, the README's setting" $power_seeds --tasks fm16 \
                        --fm16-steps $fm16_steps --protocol nino --eval-points $(evals 40) --set data.probe_fraction=0.035 \
                        --set nowcast.tolerance=0 --set nowcast.power_level_states=4 \
                        --modes plain nino-span-power nino-span-power@nowcast.tolerance=0.1@nowcast.last_jump_fraction=0.5 \
-                       nino-span-power@nowcast.tolerance=0.1@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.5 ;;
+                       nino-span-power@nowcast.tolerance=0.1@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.5 \
+                       nino-span-power@nowcast.tolerance=0.1@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.25 ;;
     fm16_power_cosine) part fm16_power_cosine "warmup + cosine, the README's setting" $power_seeds --tasks fm16 \
                          --fm16-steps $fm16_steps --protocol cosine --eval-points $(evals 40) --set data.probe_fraction=0.035 \
                          --set nowcast.tolerance=0 --set nowcast.power_level_states=4 \
