@@ -119,6 +119,16 @@ std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& gri
     for (const auto& [h, averages] : run.averages)
       for (size_t i = 0; i < run.params.size(); ++i)
         dump.emplace_back(fmt::format("average-{}/{}", h, run.spec.params[i].name), averages.at(t)[i]);
+    // What training computes at the state, for gradient-aware models (subspace_fit.py --gradients):
+    // the loss gradient on each probe batch at state t's weights. Taken before any jump is scored,
+    // so the weights are the state's.
+    write_state(run, t);
+    for (int64_t p = 0; p < run.probes; ++p) {
+      at::AutoGradMode grad(true);
+      const std::vector<at::Tensor> g = torch::autograd::grad({run.probe_loss(p)}, run.params);
+      for (size_t i = 0; i < g.size(); ++i)
+        dump.emplace_back(fmt::format("grad-{}/{}", p, run.spec.params[i].name), g[i].detach().to(at::kFloat));
+    }
     save_safetensors(dump_path, dump, {{"interval", std::to_string(run.interval)}, {"state", std::to_string(t)},
                                        {"futures", std::to_string(grid.oracle_futures)}});
   }

@@ -65,9 +65,10 @@ struct ScanCell {
 // change lines up with the expected future's (cosine, norm ratio).
 // dump_path (not empty, with oracle steps): also writes the state's last context of recorded
 // states ("state-j/<param>": t - j, j = 0 .. 4), the mean future at every captured step
-// ("mean-S/<param>"), one future per D ("one-D/<param>") and the run's moving averages at t
-// ("average-h/<param>") as safetensors, for offline analysis (bench/python/future_fit.py: what a
-// per-scalar model of the history can say of the future). Each state also checks that the
+// ("mean-S/<param>"), one future per D ("one-D/<param>"), the run's moving averages at t
+// ("average-h/<param>") and the loss gradient at t on each probe batch ("grad-p/<param>") as
+// safetensors, for offline analysis (bench/python/future_fit.py: what a per-scalar model of the
+// history can say of the future; subspace_fit.py: whole matrices). Each state also checks that the
 // optimizer retraces the run from t to t + 1, and lines the run's own next interval up against
 // the mean future.
 std::string scan_state(const std::vector<ScanModel>& models, const ScanGrid& grid, const LossTuneRun& run, int64_t t,
