@@ -22,6 +22,7 @@ import argparse
 import math
 import os
 import re
+import struct
 import sys
 
 import torch
@@ -32,20 +33,33 @@ from nino_reference import read_safetensors  # noqa: E402
 CONTEXT = 5  # recorded states per context (t - 4 .. t), as the nowcasters read them
 
 
+def read_scan_dump(path, target):
+    """A scan dump's tensors, its recording interval, the parameter names (sorted), the captured
+    steps of the mean future and the target D (the largest captured step unless given); exits
+    with the problem named when the file is not a dump or lacks that target. Shared by
+    future_fit.py, subspace_fit.py and gradient_fit.py."""
+    try:
+        tensors, meta = read_safetensors(path)
+        interval = int(meta["interval"])
+    except (OSError, ValueError, KeyError, struct.error) as e:  # json's errors are ValueErrors
+        raise SystemExit(f"{path}: not a scan dump written by `nowcast-meta scan --dump-dir` ({type(e).__name__}: {e})")
+    names = sorted({k.split("/", 1)[1] for k in tensors if k.startswith("state-0/")})
+    steps = sorted({int(k.split("/")[0][len("mean-"):]) for k in tensors if k.startswith("mean-")})
+    if not names or not steps:
+        raise SystemExit(f"{path}: not a scan dump (no state-0/... or mean-S/... tensors)")
+    target = target if target else max(steps)
+    if target not in steps:
+        raise SystemExit(f"{path}: no mean future at {target} steps (it has {steps})")
+    return tensors, interval, names, steps, target
+
+
 class Dump:
     """One state's context and futures, flattened per scalar in tensor units."""
 
     def __init__(self, path, target):
-        tensors, meta = read_safetensors(path)
-        self.path, self.interval = path, int(meta["interval"])
-        names = sorted({k.split("/", 1)[1] for k in tensors if k.startswith("state-0/")})
-        steps = sorted({int(k.split("/")[0][len("mean-"):]) for k in tensors if k.startswith("mean-")})
+        tensors, self.interval, names, steps, self.target = read_scan_dump(path, target)
+        self.path = path
         self.halves = sorted({int(k.split("/")[0][len("average-"):]) for k in tensors if k.startswith("average-")})
-        if not names or not steps:
-            raise SystemExit(f"{path}: not a scan dump (no state-0/... or mean-S/... tensors)")
-        self.target = target if target else max(steps)
-        if self.target not in steps:
-            raise SystemExit(f"{path}: no mean future at {self.target} steps (it has {steps})")
         self.looks = [s for s in steps if s < self.target]
         hist, looks, y, scale, group = [], {s: [] for s in self.looks}, [], [], []
         avgs = {h: [] for h in self.halves}

@@ -32,7 +32,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import future_fit  # noqa: E402
-from nino_reference import read_safetensors  # noqa: E402
 from subspace_fit import gain_ceiling, low_rank, project  # noqa: E402
 from subspace_fit import cosine as matrix_cosine  # noqa: E402
 
@@ -46,18 +45,11 @@ class GradDump:
     and per weight matrix (subspace_fit's)."""
 
     def __init__(self, path, target):
-        tensors, meta = read_safetensors(path)
-        self.path, self.interval = path, int(meta["interval"])
-        names = sorted({k.split("/", 1)[1] for k in tensors if k.startswith("state-0/")})
-        steps = sorted({int(k.split("/")[0][len("mean-"):]) for k in tensors if k.startswith("mean-")})
+        tensors, self.interval, names, steps, self.target = future_fit.read_scan_dump(path, target)
+        self.path = path
         self.batches = len({k.split("/")[0] for k in tensors if k.startswith("grad-")})
-        if not names or not steps:
-            raise SystemExit(f"{path}: not a scan dump (no state-0/... or mean-S/... tensors)")
         if self.batches == 0:
             raise SystemExit(f"{path}: no gradients (grad-p/...): dumped before the scan wrote them; scan again")
-        self.target = target if target else max(steps)
-        if self.target not in steps:
-            raise SystemExit(f"{path}: no mean future at {self.target} steps (it has {steps})")
         self.looks = [s for s in steps if s < self.target]
         cols = {k: [] for k in ("grad", "adam", "snr")}
         hist, y, scale, full = [], [], [], []

@@ -30,7 +30,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nino_reference import read_safetensors  # noqa: E402
+from future_fit import read_scan_dump  # noqa: E402
 
 CONTEXT = 5  # recorded states per context (t - 4 .. t), as the nowcasters read them
 RANKS = (1, 2, 4, 8, 16, 32)
@@ -69,15 +69,8 @@ class Dump:
     """One state's 2-D tensors: the context, the mean future at D steps and any looks."""
 
     def __init__(self, path, target):
-        tensors, meta = read_safetensors(path)
-        self.path, self.interval = path, int(meta["interval"])
-        names = sorted(k.split("/", 1)[1] for k in tensors if k.startswith("state-0/"))
-        steps = sorted({int(k.split("/")[0][len("mean-"):]) for k in tensors if k.startswith("mean-")})
-        if not names or not steps:
-            raise SystemExit(f"{path}: not a scan dump (no state-0/... or mean-S/... tensors)")
-        self.target = target if target else max(steps)
-        if self.target not in steps:
-            raise SystemExit(f"{path}: no mean future at {self.target} steps (it has {steps})")
+        tensors, self.interval, names, _, self.target = read_scan_dump(path, target)
+        self.path = path
         self.mats, f2_all, f2_mat = [], 0.0, 0.0
         for name in names:
             w = [tensors[f"state-{j}/{name}"].double() for j in range(CONTEXT)]
