@@ -173,7 +173,10 @@ Config mode_config(const std::string& task, const std::string& full_mode, int64_
       variant == "span-held" || variant == "span-keep" || variant == "span-power" || variant == "span-sched") {
     if (!window_set)  // a --set nowcast.verify_after wins here too (e.g. a shorter period, the same window)
       c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
-    c.set_override("nowcast.probe_batches=16");
+    // 16 batches unless --set or the mode's own overrides name another count.
+    const auto sets_probe = [](const std::string& kv) { return kv.rfind("nowcast.probe_batches=", 0) == 0; };
+    if (std::none_of(extra.begin(), extra.end(), sets_probe) && std::none_of(own.begin(), own.end(), sets_probe))
+      c.set_override("nowcast.probe_batches=16");
   }
   return c;
 }
@@ -414,102 +417,109 @@ int main(int argc, char** argv) {
              "val_loss_at_plain_seconds,final_val_loss,best_val_loss,total_seconds,nowcast_seconds,peak_mib,"
              "predicted_applied,predicted_kept\n";
 
-  for (const auto& task : tasks) {
-    const int64_t steps = task == "gpt"        ? gpt_steps
-                          : task == "mlp"      ? mlp_steps
-                          : task == "fm16"     ? fm16_steps
-                          : task == "gpt-wide" ? gpt_wide_steps
-                                               : cnn_steps;
-    const int64_t eval_every = std::max<int64_t>(1, steps / eval_points);
-    std::map<std::string, std::vector<double>> speedups, step_ratios, final_losses;
-    // An untimed warm-up run first: the first run of a process pays for page faults, the
-    // allocator's cold cache and lazy initialisation, which would otherwise count against plain.
-    // It stays alive, so a data set the runs share (Fashion-MNIST is loaded once per process)
-    // is held by none of them and counts in no run's peak.
-    auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra, average_decay, protocol);
-    while (!warm_up->done()) warm_up->advance(chunk);
-    for (int64_t seed = first_seed; seed < first_seed + seeds; ++seed) {
-      ht::release_cached_blocks();
-      std::vector<std::unique_ptr<Run>> live;
-      for (const auto& mode : modes)
-        live.push_back(start_run(task, mode, seed, steps, eval_every, extra, average_decay, protocol));
-      // Lockstep: each round, every mode takes `chunk` steps, the first mode rotating each round.
-      for (size_t round = 0;; ++round) {
-        bool any = false;
+  // A run can still fail on what only its data shows (e.g. a probe split smaller than
+  // nowcast.probe_batches): a named error and exit 2, the finished seeds' rows already written.
+  try {
+    for (const auto& task : tasks) {
+      const int64_t steps = task == "gpt"        ? gpt_steps
+                            : task == "mlp"      ? mlp_steps
+                            : task == "fm16"     ? fm16_steps
+                            : task == "gpt-wide" ? gpt_wide_steps
+                                                 : cnn_steps;
+      const int64_t eval_every = std::max<int64_t>(1, steps / eval_points);
+      std::map<std::string, std::vector<double>> speedups, step_ratios, final_losses;
+      // An untimed warm-up run first: the first run of a process pays for page faults, the
+      // allocator's cold cache and lazy initialisation, which would otherwise count against plain.
+      // It stays alive, so a data set the runs share (Fashion-MNIST is loaded once per process)
+      // is held by none of them and counts in no run's peak.
+      auto warm_up = start_run(task, "plain", 0, std::min<int64_t>(steps, 60), steps, extra, average_decay, protocol);
+      while (!warm_up->done()) warm_up->advance(chunk);
+      for (int64_t seed = first_seed; seed < first_seed + seeds; ++seed) {
+        ht::release_cached_blocks();
+        std::vector<std::unique_ptr<Run>> live;
+        for (const auto& mode : modes)
+          live.push_back(start_run(task, mode, seed, steps, eval_every, extra, average_decay, protocol));
+        // Lockstep: each round, every mode takes `chunk` steps, the first mode rotating each round.
+        for (size_t round = 0;; ++round) {
+          bool any = false;
+          for (size_t j = 0; j < live.size(); ++j) {
+            Run& r = *live[(j + round) % live.size()];
+            if (r.done()) continue;
+            r.advance(chunk);
+            any = true;
+          }
+          if (!any) break;
+        }
+        std::map<std::string, RunResult> runs;
         for (size_t j = 0; j < live.size(); ++j) {
-          Run& r = *live[(j + round) % live.size()];
-          if (r.done()) continue;
-          r.advance(chunk);
-          any = true;
+          const std::string& mode = modes[j];
+          runs[mode] = live[j]->finish();
+          for (const auto& p : runs[mode].curve) {
+            curves << fmt::format("{},{},{},{},{:.4f},{:.6f},{:.6f},{:.6f}\n", task, mode, seed, p.step, p.seconds,
+                                  p.val_loss, p.val_accuracy, p.weight_norm);
+            for (const auto& [name, norm] : p.tensor_norms)
+              norms << fmt::format("{},{},{},{},{},{:.6f}\n", task, mode, seed, p.step, name, norm);
+          }
         }
-        if (!any) break;
-      }
-      std::map<std::string, RunResult> runs;
-      for (size_t j = 0; j < live.size(); ++j) {
-        const std::string& mode = modes[j];
-        runs[mode] = live[j]->finish();
-        for (const auto& p : runs[mode].curve) {
-          curves << fmt::format("{},{},{},{},{:.4f},{:.6f},{:.6f},{:.6f}\n", task, mode, seed, p.step, p.seconds,
-                                p.val_loss, p.val_accuracy, p.weight_norm);
-          for (const auto& [name, norm] : p.tensor_norms)
-            norms << fmt::format("{},{},{},{},{},{:.6f}\n", task, mode, seed, p.step, name, norm);
+        live.clear();
+        curves.flush();
+        norms.flush();
+        const RunResult& plain = runs.at("plain");
+        // Target: plain's validation loss at the evaluation nearest 80 % of its budget (at80), or
+        // its best validation loss up to there (best80).
+        double target = plain.curve.back().val_loss;
+        if (target_rule == "best80") target = INFINITY;
+        for (const auto& p : plain.curve)
+          if (p.step > 0 && p.step <= static_cast<int64_t>(0.8 * steps))
+            target = target_rule == "best80" ? std::min(target, p.val_loss) : p.val_loss;
+        const auto [plain_seconds, plain_steps] = to_target(plain.curve, target);
+        for (const auto& mode : modes) {
+          const RunResult& r = runs.at(mode);
+          const auto [sec, st] = to_target(r.curve, target);
+          const double speedup = plain_seconds / sec;
+          speedups[mode].push_back(speedup);
+          step_ratios[mode].push_back(plain_steps / st);
+          final_losses[mode].push_back(r.curve.back().val_loss);
+          double best = r.curve.back().val_loss;
+          for (const auto& p : r.curve) best = std::min(best, p.val_loss);
+          summary << fmt::format("{},{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.3f},{:.3f},{:.1f},{},{}\n",
+                                 task, protocol, mode, seed, target, sec, st, speedup, plain_steps / st,
+                                 loss_at_seconds(r.curve, plain.total_seconds), r.curve.back().val_loss, best,
+                                 r.total_seconds, r.nowcast_ms / 1000.0, r.peak_bytes / 1048576.0,
+                                 r.predicted_applied, r.predicted_kept);
+          const std::string kept = r.predicted_applied > 0 ? fmt::format("; kept {} of {} predicted updates",
+                                                                           r.predicted_kept, r.predicted_applied)
+                                                         : std::string();
+          const std::string reached = std::isfinite(sec) ? fmt::format("{:7.2f} s, {:6.0f} steps to target ({:.2f}x plain)", sec, st, speedup)
+                                                         : std::string("never reached the target");
+          std::printf("%s seed %lld %-12s target %.4f: %s; final %.4f in %.1f s; peak %.1f MiB%s\n", task.c_str(),
+                      static_cast<long long>(seed), mode.c_str(), target, reached.c_str(), r.curve.back().val_loss,
+                      r.total_seconds, r.peak_bytes / 1048576.0, kept.c_str());
+          if (!r.nowcast_summary.empty()) std::printf("  %s\n", r.nowcast_summary.c_str());
+          std::fflush(stdout);
         }
+        summary.flush();
       }
-      live.clear();
-      curves.flush();
-      norms.flush();
-      const RunResult& plain = runs.at("plain");
-      // Target: plain's validation loss at the evaluation nearest 80 % of its budget (at80), or
-      // its best validation loss up to there (best80).
-      double target = plain.curve.back().val_loss;
-      if (target_rule == "best80") target = INFINITY;
-      for (const auto& p : plain.curve)
-        if (p.step > 0 && p.step <= static_cast<int64_t>(0.8 * steps))
-          target = target_rule == "best80" ? std::min(target, p.val_loss) : p.val_loss;
-      const auto [plain_seconds, plain_steps] = to_target(plain.curve, target);
       for (const auto& mode : modes) {
-        const RunResult& r = runs.at(mode);
-        const auto [sec, st] = to_target(r.curve, target);
-        const double speedup = plain_seconds / sec;
-        speedups[mode].push_back(speedup);
-        step_ratios[mode].push_back(plain_steps / st);
-        final_losses[mode].push_back(r.curve.back().val_loss);
-        double best = r.curve.back().val_loss;
-        for (const auto& p : r.curve) best = std::min(best, p.val_loss);
-        summary << fmt::format("{},{},{},{},{:.6f},{:.3f},{:.1f},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.3f},{:.3f},{:.1f},{},{}\n",
-                               task, protocol, mode, seed, target, sec, st, speedup, plain_steps / st,
-                               loss_at_seconds(r.curve, plain.total_seconds), r.curve.back().val_loss, best,
-                               r.total_seconds, r.nowcast_ms / 1000.0, r.peak_bytes / 1048576.0,
-                               r.predicted_applied, r.predicted_kept);
-        const std::string kept = r.predicted_applied > 0 ? fmt::format("; kept {} of {} predicted updates",
-                                                                         r.predicted_kept, r.predicted_applied)
-                                                       : std::string();
-        const std::string reached = std::isfinite(sec) ? fmt::format("{:7.2f} s, {:6.0f} steps to target ({:.2f}x plain)", sec, st, speedup)
-                                                       : std::string("never reached the target");
-        std::printf("%s seed %lld %-12s target %.4f: %s; final %.4f in %.1f s; peak %.1f MiB%s\n", task.c_str(),
-                    static_cast<long long>(seed), mode.c_str(), target, reached.c_str(), r.curve.back().val_loss,
-                    r.total_seconds, r.peak_bytes / 1048576.0, kept.c_str());
-        if (!r.nowcast_summary.empty()) std::printf("  %s\n", r.nowcast_summary.c_str());
-        std::fflush(stdout);
+        const auto& s = speedups[mode];
+        const auto reached = std::count_if(s.begin(), s.end(), [](double x) { return !std::isnan(x); });
+        const double med = median(s);
+        auto text = [](double x) { return x > 0.0 ? fmt::format("{:.2f}x", x) : std::string("never"); };
+        double lo = INFINITY, hi = 0.0;
+        for (double x : s) {
+          lo = std::min(lo, std::isnan(x) ? 0.0 : x);
+          hi = std::max(hi, std::isnan(x) ? 0.0 : x);
+        }
+        std::printf("== %s %s %-12s median speedup to target %s (min %s, max %s; in steps %s), reached in %lld of %zu seeds, "
+                    "median final val loss %.4f\n",
+                    task.c_str(), protocol.c_str(), mode.c_str(), text(med).c_str(), text(lo).c_str(), text(hi).c_str(),
+                    text(median(step_ratios[mode])).c_str(), static_cast<long long>(reached), s.size(),
+                    median(final_losses[mode]));
       }
-      summary.flush();
     }
-    for (const auto& mode : modes) {
-      const auto& s = speedups[mode];
-      const auto reached = std::count_if(s.begin(), s.end(), [](double x) { return !std::isnan(x); });
-      const double med = median(s);
-      auto text = [](double x) { return x > 0.0 ? fmt::format("{:.2f}x", x) : std::string("never"); };
-      double lo = INFINITY, hi = 0.0;
-      for (double x : s) {
-        lo = std::min(lo, std::isnan(x) ? 0.0 : x);
-        hi = std::max(hi, std::isnan(x) ? 0.0 : x);
-      }
-      std::printf("== %s %s %-12s median speedup to target %s (min %s, max %s; in steps %s), reached in %lld of %zu seeds, "
-                  "median final val loss %.4f\n",
-                  task.c_str(), protocol.c_str(), mode.c_str(), text(med).c_str(), text(lo).c_str(), text(hi).c_str(),
-                  text(median(step_ratios[mode])).c_str(), static_cast<long long>(reached), s.size(),
-                  median(final_losses[mode]));
-    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hybrid_bench: %s\n", e.what());
+    return 2;
   }
   std::printf("curves: %s/hybrid_curves.csv (loss, accuracy, weight norm; each tensor's norm in hybrid_norms.csv), summary: %s/hybrid_summary.csv; plots: bench/plot_hybrid.sh\n",
               out_dir.c_str(), out_dir.c_str());
