@@ -153,8 +153,11 @@ Config mode_config(const std::string& task, const std::string& full_mode, int64_
   for (const auto& kv : own) c.set_override(kv);  // named on this mode: applied as they are
   // "<nowcaster>-late": delayed verification, each jump judged period / 10 steps after it
   // (unless --set or the mode's own overrides set nowcast.verify_after, here and in the windows below).
-  const auto sets_window = [](const std::string& kv) { return kv.rfind("nowcast.verify_after=", 0) == 0; };
-  const bool window_set = std::any_of(extra.begin(), extra.end(), sets_window) || std::any_of(own.begin(), own.end(), sets_window);
+  const auto named = [&](const std::string& key) {  // by --set or by the mode's own overrides
+    const auto sets = [&](const std::string& kv) { return kv.rfind(key + "=", 0) == 0; };
+    return std::any_of(extra.begin(), extra.end(), sets) || std::any_of(own.begin(), own.end(), sets);
+  };
+  const bool window_set = named("nowcast.verify_after");
   // "<nowcaster>-long": the longest window inside a recording interval (period / 5 - 1 steps).
   // "<nowcaster>-span": period / 4 steps, past the next recorded state (on FM-16 unverified WNN+
   // runs are ahead of plain 250 steps after each jump, not after 100). Both on a 16-batch
@@ -173,10 +176,7 @@ Config mode_config(const std::string& task, const std::string& full_mode, int64_
       variant == "span-held" || variant == "span-keep" || variant == "span-power" || variant == "span-sched") {
     if (!window_set)  // a --set nowcast.verify_after wins here too (e.g. a shorter period, the same window)
       c.set_override(fmt::format("nowcast.verify_after={}", variant == "long" ? period / 5 - 1 : period / 4));
-    // 16 batches unless --set or the mode's own overrides name another count.
-    const auto sets_probe = [](const std::string& kv) { return kv.rfind("nowcast.probe_batches=", 0) == 0; };
-    if (std::none_of(extra.begin(), extra.end(), sets_probe) && std::none_of(own.begin(), own.end(), sets_probe))
-      c.set_override("nowcast.probe_batches=16");
+    if (!named("nowcast.probe_batches")) c.set_override("nowcast.probe_batches=16");
   }
   return c;
 }
