@@ -140,6 +140,7 @@ const std::vector<KeySpec>& config_schema() {
       {"lookahead.k", T::Int, "5", {}, "Lookahead: fast steps per slow update", R::in(1, kSteps)},
       {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)", R::in(0, 1).open_lo()},
       {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO", R::in(0, 1).open_hi().means("0 = Lookahead, > 0 = SNOO")},
+      {"lookahead.until_step", T::Int, "0", {}, "hand over to plain steps at the first slow update at or after this step (SNOO for the early phase only)", R::in(0, kSteps).means("0 = to the end")},
 
       // Nowcast defaults come from NowcastStrategyOptions (NiNo's schedule); nowcast.model's values
       // from the nowcaster registry.

@@ -331,7 +331,7 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c, const Session* ses
   const std::string mode = c.get_string("run.mode");
   if (mode == "lookahead") {
     return make_lookahead_strategy(c.get_int("lookahead.k"), c.get_float("lookahead.alpha"),
-                                   c.get_float("lookahead.momentum"));
+                                   c.get_float("lookahead.momentum"), c.get_int("lookahead.until_step"));
   }
   if (mode == "nowcast") {
     std::string architecture = c.get_string("model.kind") == "gpt" ? "gpt2" : "feedforward";

@@ -11,8 +11,8 @@
 
 namespace ht {
 
-LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha, double momentum)
-    : k_(k), alpha_(alpha), momentum_(momentum) {
+LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha, double momentum, int64_t until_step)
+    : k_(k), alpha_(alpha), momentum_(momentum), until_step_(until_step) {
   if (k < 1) throw std::invalid_argument("lookahead: k must be >= 1, got " + std::to_string(k));
   if (!(alpha > 0.0 && alpha <= 1.0)) {
     throw std::invalid_argument("lookahead: alpha must be in (0, 1], got " + std::to_string(alpha));
@@ -20,20 +20,23 @@ LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha, double momentum)
   if (!(momentum >= 0.0 && momentum < 1.0)) {
     throw std::invalid_argument("lookahead: momentum must be in [0, 1), got " + std::to_string(momentum));
   }
+  if (until_step < 0) {
+    throw std::invalid_argument("lookahead: until_step must be >= 0 (0 = to the end), got " + std::to_string(until_step));
+  }
 }
 
-std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k, double alpha, double momentum) {
-  return std::make_unique<LookaheadStrategy>(k, alpha, momentum);
+std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k, double alpha, double momentum, int64_t until_step) {
+  return std::make_unique<LookaheadStrategy>(k, alpha, momentum, until_step);
 }
 
 StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<at::Tensor>& params = trainer.optimizer().parameters();
-  if (slow_.empty()) {
+  if (!stopped_ && slow_.empty()) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) slow_.push_back(p.detach().clone());
   }
-  if (momentum_ > 0.0 && outer_.empty()) {
+  if (!stopped_ && momentum_ > 0.0 && outer_.empty()) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) outer_.push_back(torch::zeros_like(p));
   }
@@ -44,7 +47,7 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   rec.grad_norm = r.grad_norm;
   rec.lr = trainer.optimizer().lr();
   bool synced = false;
-  if (++count_ >= k_) {
+  if (!stopped_ && ++count_ >= k_) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
       if (momentum_ == 0.0) {
@@ -62,6 +65,13 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
     synced = true;
   }
   trainer.advance_step();
+  // Handed over right after a synchronisation, where the weights are the slow ones: from here
+  // on these are plain steps with the inner optimizer's state as it is.
+  if (synced && until_step_ > 0 && trainer.step() >= until_step_) {
+    stopped_ = true;
+    slow_.clear();
+    outer_.clear();
+  }
   rec.step = trainer.step();
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   rec.items_per_sec = rec.ms > 0.0 ? static_cast<double>(r.items) / (rec.ms / 1000.0) : 0.0;
@@ -81,6 +91,8 @@ void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
   archive_io::put(a, "alpha", alpha_);
   archive_io::put(a, "momentum", momentum_);
   archive_io::put(a, "count", count_);
+  archive_io::put(a, "stopped", static_cast<int64_t>(stopped_));
+  if (stopped_) return;  // no buffers left
   archive_io::put_tensors(a, "slow", slow_);
   if (momentum_ > 0.0) archive_io::put_tensors(a, "outer", outer_);
 }
@@ -98,6 +110,13 @@ void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
                              ": resume with momentum " + (momentum > 0.0 ? "> 0" : "0"));
   }
   count_ = archive_io::get_int(a, "count");
+  c10::IValue saved_stopped;  // checkpoints from before until_step never stopped
+  stopped_ = a.try_read("stopped", saved_stopped) && saved_stopped.toInt() != 0;
+  if (stopped_) {
+    slow_.clear();
+    outer_.clear();
+    return;
+  }
   archive_io::get_tensors_into(a, "slow", slow_);
   if (momentum_ > 0.0) archive_io::get_tensors_into(a, "outer", outer_);
 }

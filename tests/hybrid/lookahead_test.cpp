@@ -101,6 +101,43 @@ TEST(Lookahead, SnooResumesBitExactlyWithItsMomentum) {
   }
 }
 
+// until_step: SNOO for the early phase only. After the hand-over the steps are the optimizer's
+// own (exactly as a run without a strategy from the same weights), the buffers are freed, and a
+// checkpoint written after it resumes as plain steps.
+TEST(Lookahead, SnooHandsOverToPlainStepsAtUntilStep) {
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("handover.ht");
+  toy::BowlRun a(40, 0.02);
+  auto strategy = std::make_unique<ht::LookaheadStrategy>(5, 0.3, 0.7, 12);
+  const ht::LookaheadStrategy* snoo = strategy.get();
+  a.trainer->set_strategy(std::move(strategy));
+  for (int i = 0; i < 15; ++i) {
+    a.trainer->train_step();
+    EXPECT_EQ(snoo->stopped(), i >= 14) << "step " << i + 1;  // the first sync at or after 12 is 15
+  }
+  EXPECT_EQ(snoo->state_bytes(), 0);
+  a.trainer->save_checkpoint(path);
+  // From the hand-over on, the same SGD steps as a run without any strategy from these weights.
+  toy::BowlRun plain(40, 0.02);
+  {
+    torch::NoGradGuard g;
+    plain.bowl->w.copy_(a.bowl->w);
+  }
+  for (int i = 15; i < 30; ++i) {
+    const ht::StepRecord r = a.trainer->train_step();
+    EXPECT_EQ(r.extra.at("lookahead_sync"), 0.0);
+    plain.trainer->train_step();
+  }
+  EXPECT_TRUE(torch::equal(a.bowl->w, plain.bowl->w));
+
+  toy::BowlRun b(40, 0.02);
+  b.trainer->set_strategy(ht::make_lookahead_strategy(5, 0.3, 0.7, 12));
+  b.trainer->load_checkpoint(path);
+  for (int i = 15; i < 30; ++i) b.trainer->train_step();
+  EXPECT_TRUE(torch::equal(a.bowl->w, b.bowl->w));
+  EXPECT_THROW(ht::make_lookahead_strategy(5, 0.3, 0.7, -1), std::invalid_argument);
+}
+
 // A hybrid checkpoint resumed in Lookahead mode: the error is Lookahead's own, and says what to do
 // (it called itself "hybrid state" before).
 TEST(Lookahead, AHybridCheckpointIsRefusedInLookaheadTerms) {
