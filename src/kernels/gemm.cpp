@@ -54,6 +54,16 @@ std::atomic<bool>& bf16_widen() {
   return widen;
 }
 
+// Whether bf16 GEMMs with alpha != 1 run as alpha = 1 and a scaling pass (see gemm_cpu_bf16):
+// where oneDNN uses AMX. HT_BF16_ALPHA=onednn hands alpha to oneDNN (to measure the difference).
+bool amx_alpha_in_epilogue() {
+  static const bool on = [] {
+    const char* env = std::getenv("HT_BF16_ALPHA");
+    return amx_in_use() && !(env && std::string(env) == "onednn");
+  }();
+  return on;
+}
+
 std::atomic<bool>& use_onednn() {
   static std::atomic<bool> on{[] {
     const char* env = std::getenv("HT_GEMM");
@@ -154,6 +164,16 @@ void gemm_cpu_bf16(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, fl
   }
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   if (K == 0) return zero_k(out, beta);
+  if (alpha != 1.0f && amx_alpha_in_epilogue()) {
+    // oneDNN's AMX kernels take no alpha: its GEMM driver then finishes C in a scalar loop,
+    // measured 2-4x slower than alpha = 1 and slower than sgemm (BENCHMARKS.md 7). Multiply with
+    // alpha = 1 and scale C here, vectorised: C = alpha * (A B + (beta / alpha) C).
+    if (alpha == 0.0f) return zero_k(out, beta);  // BLAS: A and B are not read
+    if (beta != 0.0f) out.mul_(beta / alpha);
+    gemm_cpu_bf16(out, a, b, 1.0f, beta != 0.0f ? 1.0f : 0.0f);
+    out.mul_(alpha);
+    return;
+  }
   const auto* ap = reinterpret_cast<const uint16_t*>(a.data_ptr<at::BFloat16>());
   const auto* bp = reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>());
   const int status = dnnl_gemm_bf16()(l.a.trans ? 'T' : 'N', l.b.trans ? 'T' : 'N', M, N, K, alpha,

@@ -41,19 +41,22 @@ at::Tensor chunked_loss(const at::Tensor& h, const at::Tensor& wte, const at::Te
     auto logp = at::log_softmax(matmul2d_f32(h_c, w.t()), 1);  // [n, V] fp32
     loss_sum -= logp.gather(1, t_c).sum(at::kDouble);
     if (!want_dh && !want_dwte) continue;
-    // d(sum of losses)/dlogits = softmax - onehot; the 1/N of the mean rides on the GEMM alpha.
+    // d(sum of losses)/dlogits = softmax - onehot; the 1/N of the mean rides on the GEMM alpha
+    // in fp32, and in bf16 on the operand before it is rounded: oneDNN's AMX GEMM takes no alpha
+    // (gemm.cpp), and scaling the [V, C] fp32 dwte around each chunk's GEMM would cost two passes.
     auto dlogits = logp.exp_().scatter_add_(1, t_c, at::full({n, 1}, -1.0f, logp.options()));
-    const at::Tensor dl = bf16 ? to_bf16(dlogits) : dlogits;  // [n, V] GEMM operand
+    const at::Tensor dl = bf16 ? to_bf16(dlogits.mul_(inv_n)) : dlogits;  // [n, V] GEMM operand
+    const float alpha = bf16 ? 1.0f : inv_n;
     if (bf16) {  // the fp32 chunk is no longer needed: free it before the GEMMs
       dlogits.reset();
       logp.reset();
     }
     if (want_dh) {
       auto dh_c = grads->dh.narrow(0, r0, n);
-      matmul_into(dh_c, dl, w, /*alpha=*/inv_n, /*beta=*/0.0f);  // [n, C]
+      matmul_into(dh_c, dl, w, alpha, /*beta=*/0.0f);  // [n, C]
     }
     if (want_dwte) {
-      matmul_into(grads->dwte, dl.t(), h_c, /*alpha=*/inv_n,
+      matmul_into(grads->dwte, dl.t(), h_c, alpha,
                   /*beta=*/r0 == 0 ? 0.0f : 1.0f);  // [V, C], accumulated in fp32
     }
   }

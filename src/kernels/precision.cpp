@@ -104,17 +104,31 @@ const CpuBf16Features& cpu_bf16_features() {
   return f;
 }
 
-bool bf16_instructions_in_use() {
-  if (!cpu_bf16_features().any()) return false;
+namespace {
+// oneDNN's ISA cap from the environment, upper-cased; empty when none is set.
+std::string onednn_max_isa() {
   for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
     const char* env = std::getenv(name);
     if (!env || !*env) continue;
     std::string isa(env);
     for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    return isa == "ALL" || isa == "AVX512_CORE_BF16" || isa == "AVX512_CORE_AMX" ||
-           isa == "AVX512_CORE_FP16";
+    return isa;
   }
-  return true;
+  return "";
+}
+}  // namespace
+
+bool bf16_instructions_in_use() {
+  if (!cpu_bf16_features().any()) return false;
+  const std::string isa = onednn_max_isa();
+  return isa.empty() || isa == "ALL" || isa == "AVX512_CORE_BF16" || isa == "AVX512_CORE_AMX" ||
+         isa == "AVX512_CORE_FP16";
+}
+
+bool amx_in_use() {
+  if (!cpu_bf16_features().amx_bf16) return false;
+  const std::string isa = onednn_max_isa();
+  return isa.empty() || isa == "ALL" || isa == "AVX512_CORE_AMX";
 }
 
 void note_kernel_once(const std::string& op, const std::string& what) {

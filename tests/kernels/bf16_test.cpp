@@ -52,6 +52,29 @@ TEST(Bf16Gemm, Fp32OutputEqualsFp32ProductOfTheRoundedOperands) {
   EXPECT_LT(rel_err(c, torch::mm(a, b)), kProduct);
 }
 
+// alpha != 1 takes its own route where oneDNN uses AMX (alpha = 1, then a scaling pass): the
+// BLAS rules still hold there - beta = 0 ignores C (NaN included), alpha = 0 does not read A, B.
+TEST(Bf16Gemm, AlphaAndBetaFollowBlasOnEveryRoute) {
+  if (!onednn_bf16_gemm_available()) GTEST_SKIP() << "no oneDNN bf16 GEMM loaded";
+  torch::manual_seed(2);
+  const auto a = bf16(torch::randn({33, 130})), b = bf16(torch::randn({130, 47}));
+  const auto product = matmul2d_f32(a, b);  // [33, 47]
+  auto out = torch::full({33, 47}, std::nanf(""));
+  matmul_into(out, a, b, 0.125f, 0.0f);
+  EXPECT_TRUE(torch::allclose(out, product * 0.125, 1e-5, 1e-5));
+  const auto c = torch::randn({33, 47});
+  out = c.clone();
+  matmul_into(out, a, b, 0.0f, 3.0f);
+  EXPECT_TRUE(torch::allclose(out, c * 3.0, 1e-6, 1e-6));
+  auto wide = torch::randn({33, 60});
+  const auto wide_before = wide.clone();
+  auto view = wide.narrow(1, 5, 47);  // a strided C
+  matmul_into(view, a, b, 0.3f, 1.0f);
+  EXPECT_TRUE(torch::allclose(view, wide_before.narrow(1, 5, 47) + product * 0.3, 1e-5, 1e-4));
+  EXPECT_TRUE(torch::equal(wide.narrow(1, 0, 5), wide_before.narrow(1, 0, 5)));  // untouched
+  EXPECT_TRUE(torch::equal(wide.narrow(1, 52, 8), wide_before.narrow(1, 52, 8)));
+}
+
 TEST(Bf16Gemm, Bf16OutputIsTheFp32ResultRoundedOnce) {
   torch::manual_seed(1);
   const auto a = bf16(torch::randn({20, 64})), b = bf16(torch::randn({64, 24}));

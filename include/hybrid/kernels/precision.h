@@ -30,6 +30,8 @@ const CpuBf16Features& cpu_bf16_features();
 // AVX512_CORE_BF16, AVX512_CORE_AMX or ALL). Without them bf16 GEMMs run on widened fp32 operands:
 // bf16 still halves activation memory but is no faster than fp32.
 bool bf16_instructions_in_use();
+// The CPU has AMX-BF16 and oneDNN may use it (ONEDNN_MAX_CPU_ISA unset, ALL or AVX512_CORE_AMX).
+bool amx_in_use();
 
 // Kernels record here, once per (op, reason), that they ran another way than asked: e.g. an op
 // without a bf16 kernel that computed in fp32. take_kernel_notes() returns the notes recorded since
