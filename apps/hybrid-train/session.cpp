@@ -330,8 +330,14 @@ NowcastStrategyOptions nowcast_options(const Config& c, const std::string& archi
 std::unique_ptr<StepStrategy> build_strategy(const Config& c, const Session* session) {
   const std::string mode = c.get_string("run.mode");
   if (mode == "lookahead") {
-    return make_lookahead_strategy(c.get_int("lookahead.k"), c.get_float("lookahead.alpha"),
-                                   c.get_float("lookahead.momentum"), c.get_int("lookahead.until_step"));
+    LookaheadOptions o;
+    o.k = c.get_int("lookahead.k");
+    o.alpha = c.get_float("lookahead.alpha");
+    o.momentum = c.get_float("lookahead.momentum");
+    o.until_step = c.get_int("lookahead.until_step");
+    o.late_step = c.get_int("lookahead.late_step");
+    o.late_momentum = c.get_float("lookahead.late_momentum");
+    return make_lookahead_strategy(o);
   }
   if (mode == "nowcast") {
     std::string architecture = c.get_string("model.kind") == "gpt" ? "gpt2" : "feedforward";

@@ -11,22 +11,52 @@
 
 namespace ht {
 
-LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha, double momentum, int64_t until_step)
-    : k_(k), alpha_(alpha), momentum_(momentum), until_step_(until_step) {
-  if (k < 1) throw std::invalid_argument("lookahead: k must be >= 1, got " + std::to_string(k));
-  if (!(alpha > 0.0 && alpha <= 1.0)) {
-    throw std::invalid_argument("lookahead: alpha must be in (0, 1], got " + std::to_string(alpha));
+LookaheadStrategy::LookaheadStrategy(const LookaheadOptions& o) : options_(o) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("lookahead: " + what); };
+  if (o.k < 1) fail("k must be >= 1, got " + std::to_string(o.k));
+  if (!(o.alpha > 0.0 && o.alpha <= 1.0)) fail("alpha must be in (0, 1], got " + std::to_string(o.alpha));
+  if (!(o.momentum >= 0.0 && o.momentum < 1.0)) fail("momentum must be in [0, 1), got " + std::to_string(o.momentum));
+  if (o.until_step < 0) fail("until_step must be >= 0 (0 = to the end), got " + std::to_string(o.until_step));
+  if (o.late_step < 0) fail("late_step must be >= 0 (0 = one momentum throughout), got " + std::to_string(o.late_step));
+  if (o.late_step == 0) return;
+  if (o.momentum == 0.0) fail("late_step needs outer momentum > 0 (SNOO): set momentum, or late_step to 0");
+  if (!(o.late_momentum >= 0.0 && o.late_momentum < 1.0)) {
+    fail("late_momentum must be in [0, 1), got " + std::to_string(o.late_momentum));
   }
-  if (!(momentum >= 0.0 && momentum < 1.0)) {
-    throw std::invalid_argument("lookahead: momentum must be in [0, 1), got " + std::to_string(momentum));
-  }
-  if (until_step < 0) {
-    throw std::invalid_argument("lookahead: until_step must be >= 0 (0 = to the end), got " + std::to_string(until_step));
+  const double late_alpha = o.alpha * (1.0 - o.late_momentum) / (1.0 - o.momentum);
+  if (late_alpha > 1.0) {
+    fail("late_momentum " + std::to_string(o.late_momentum) + " would need alpha " + std::to_string(late_alpha) +
+         " > 1 to keep the steady outer step alpha / (1 - momentum): raise late_momentum or lower alpha");
   }
 }
 
+LookaheadStrategy::LookaheadStrategy(int64_t k, double alpha, double momentum, int64_t until_step)
+    : LookaheadStrategy(LookaheadOptions{k, alpha, momentum, until_step}) {}
+
+std::unique_ptr<StepStrategy> make_lookahead_strategy(const LookaheadOptions& options) {
+  return std::make_unique<LookaheadStrategy>(options);
+}
+
 std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k, double alpha, double momentum, int64_t until_step) {
-  return std::make_unique<LookaheadStrategy>(k, alpha, momentum, until_step);
+  return make_lookahead_strategy(LookaheadOptions{k, alpha, momentum, until_step});
+}
+
+double LookaheadStrategy::alpha() const {
+  if (!late_) return options_.alpha;
+  return options_.alpha * (1.0 - options_.late_momentum) / (1.0 - options_.momentum);
+}
+
+// b's steady state is s / (1 - momentum); rescaled to the late momentum's, the outer step
+// alpha * (momentum * b + s) is continuous across the switch when the pseudo-gradients are.
+void LookaheadStrategy::switch_to_late_momentum() {
+  torch::NoGradGuard no_grad;
+  const double scale = (1.0 - options_.momentum) / (1.0 - options_.late_momentum);
+  late_ = true;
+  if (momentum() == 0.0) {
+    outer_.clear();  // Lookahead from here on: no buffer
+    return;
+  }
+  for (auto& b : outer_) b.mul_(scale);
 }
 
 StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
@@ -36,7 +66,7 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) slow_.push_back(p.detach().clone());
   }
-  if (!stopped_ && momentum_ > 0.0 && outer_.empty()) {
+  if (!stopped_ && momentum() > 0.0 && outer_.empty()) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) outer_.push_back(torch::zeros_like(p));
   }
@@ -47,17 +77,20 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   rec.grad_norm = r.grad_norm;
   rec.lr = trainer.optimizer().lr();
   bool synced = false;
-  if (!stopped_ && ++count_ >= k_) {
+  if (!stopped_ && ++count_ >= options_.k) {
+    // This synchronisation ends step trainer.step() + 1.
+    if (!late_ && options_.late_step > 0 && trainer.step() + 1 >= options_.late_step) switch_to_late_momentum();
+    const double alpha = this->alpha(), momentum = this->momentum();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
-      if (momentum_ == 0.0) {
-        slow_[i].lerp_(params[i], alpha_);  // slow += alpha * (fast - slow), no temporary
+      if (momentum == 0.0) {
+        slow_[i].lerp_(params[i], alpha);  // slow += alpha * (fast - slow), no temporary
       } else {
         // The fast weights are overwritten below, so they hold the pseudo-gradient meanwhile.
         const at::Tensor& s = params[i];
         s.sub_(slow_[i]).neg_();                        // s = slow - fast
-        outer_[i].mul_(momentum_).add_(s);              // b = momentum * b + s
-        slow_[i].sub_(s, alpha_).sub_(outer_[i], alpha_ * momentum_);  // Nesterov
+        outer_[i].mul_(momentum).add_(s);              // b = momentum * b + s
+        slow_[i].sub_(s, alpha).sub_(outer_[i], alpha * momentum);  // Nesterov
       }
       params[i].copy_(slow_[i]);
     }
@@ -67,7 +100,7 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   trainer.advance_step();
   // Handed over right after a synchronisation, where the weights are the slow ones: from here
   // on these are plain steps with the inner optimizer's state as it is.
-  if (synced && until_step_ > 0 && trainer.step() >= until_step_) {
+  if (synced && options_.until_step > 0 && trainer.step() >= options_.until_step) {
     stopped_ = true;
     slow_.clear();
     outer_.clear();
@@ -87,38 +120,44 @@ int64_t LookaheadStrategy::state_bytes() const {
 }
 
 void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
-  archive_io::put(a, "k", k_);
-  archive_io::put(a, "alpha", alpha_);
-  archive_io::put(a, "momentum", momentum_);
+  archive_io::put(a, "k", options_.k);
+  archive_io::put(a, "alpha", options_.alpha);
+  archive_io::put(a, "momentum", options_.momentum);
   archive_io::put(a, "count", count_);
   archive_io::put(a, "stopped", static_cast<int64_t>(stopped_));
+  archive_io::put(a, "late", static_cast<int64_t>(late_));
   if (stopped_) return;  // no buffers left
   archive_io::put_tensors(a, "slow", slow_);
-  if (momentum_ > 0.0) archive_io::put_tensors(a, "outer", outer_);
+  if (momentum() > 0.0) archive_io::put_tensors(a, "outer", outer_);
 }
 
 void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
   // (Another strategy's state never gets here: the checkpoint registry compares names first.)
-  if (archive_io::get_int(a, "k") != k_) {
+  if (archive_io::get_int(a, "k") != options_.k) {
     throw std::runtime_error("lookahead state was saved with a different k: resume with the same settings");
   }
   // Checkpoints from before SNOO hold no momentum: they are plain Lookahead's.
   c10::IValue saved_momentum;
-  const double momentum = a.try_read("momentum", saved_momentum) ? saved_momentum.toDouble() : 0.0;
-  if ((momentum > 0.0) != (momentum_ > 0.0)) {
-    throw std::runtime_error("lookahead state was saved with momentum " + std::to_string(momentum) +
-                             ": resume with momentum " + (momentum > 0.0 ? "> 0" : "0"));
+  const double saved = a.try_read("momentum", saved_momentum) ? saved_momentum.toDouble() : 0.0;
+  if ((saved > 0.0) != (options_.momentum > 0.0)) {
+    throw std::runtime_error("lookahead state was saved with momentum " + std::to_string(saved) +
+                             ": resume with momentum " + (saved > 0.0 ? "> 0" : "0"));
   }
   count_ = archive_io::get_int(a, "count");
   c10::IValue saved_stopped;  // checkpoints from before until_step never stopped
   stopped_ = a.try_read("stopped", saved_stopped) && saved_stopped.toInt() != 0;
+  c10::IValue saved_late;  // nor had checkpoints from before late_step switched
+  late_ = a.try_read("late", saved_late) && saved_late.toInt() != 0;
+  if (late_ && options_.late_step == 0) {
+    throw std::runtime_error("lookahead state was saved after its switch to late_momentum: resume with the same late_step");
+  }
   if (stopped_) {
     slow_.clear();
     outer_.clear();
     return;
   }
   archive_io::get_tensors_into(a, "slow", slow_);
-  if (momentum_ > 0.0) archive_io::get_tensors_into(a, "outer", outer_);
+  if (momentum() > 0.0) archive_io::get_tensors_into(a, "outer", outer_);
 }
 
 }  // namespace ht

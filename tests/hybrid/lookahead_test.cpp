@@ -163,3 +163,82 @@ TEST(Lookahead, AHybridCheckpointIsRefusedInLookaheadTerms) {
     EXPECT_EQ(mismatch->part, "strategy");
   }
 }
+
+// late_step: SNOO's momentum changes at the first sync at or after it, alpha and the buffer
+// rescaled so the steady outer step alpha / (1 - momentum) stays 1. Checked against the
+// recurrence written out here, with the fast weights from k plain SGD steps on the bowl (SGD on
+// the bowl has no state, so k steps from given weights are a function of those weights).
+TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
+  const int64_t k = 5, late_step = 23;  // syncs end steps 5, 10, ..., the first late one is 25
+  const double alpha = 0.3, momentum = 0.7, late_momentum = 0.4;
+  ht::LookaheadOptions o;
+  o.k = k;
+  o.alpha = alpha;
+  o.momentum = momentum;
+  o.late_step = late_step;
+  o.late_momentum = late_momentum;
+  toy::BowlRun run(60, 0.02);
+  auto strategy = std::make_unique<ht::LookaheadStrategy>(o);
+  const ht::LookaheadStrategy* snoo = strategy.get();
+  run.trainer->set_strategy(std::move(strategy));
+
+  toy::BowlRun fast(1000, 0.02);
+  auto k_sgd_steps = [&](const at::Tensor& from) {
+    {
+      torch::NoGradGuard g;
+      fast.bowl->w.copy_(from);
+    }
+    for (int64_t i = 0; i < k; ++i) fast.trainer->train_step();
+    return fast.bowl->w.detach().clone();
+  };
+  at::Tensor slow = run.bowl->w.detach().clone();
+  at::Tensor b = torch::zeros_like(slow);
+  bool late = false;
+  for (int64_t sync_step = k; sync_step <= 50; sync_step += k) {
+    const at::Tensor s = slow - k_sgd_steps(slow);
+    double m = momentum, a = alpha;
+    if (sync_step >= late_step) {
+      if (!late) b = b * ((1.0 - momentum) / (1.0 - late_momentum));
+      late = true;
+      m = late_momentum;
+      a = alpha * (1.0 - late_momentum) / (1.0 - momentum);  // 0.6: steady step still 1
+    }
+    b = m * b + s;
+    slow = slow - a * (m * b + s);
+    for (int64_t i = 0; i < k; ++i) run.trainer->train_step();
+    EXPECT_EQ(snoo->late(), sync_step >= late_step) << "step " << sync_step;
+    EXPECT_TRUE(torch::allclose(run.bowl->w, slow, 1e-5, 1e-6)) << "step " << sync_step;
+  }
+
+  // Resumed after the switch, the run goes on with the late momentum and its buffer.
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("late.ht");
+  run.trainer->save_checkpoint(path);
+  toy::BowlRun resumed(60, 0.02);
+  resumed.trainer->set_strategy(ht::make_lookahead_strategy(o));
+  resumed.trainer->load_checkpoint(path);
+  for (int i = 50; i < 60; ++i) {
+    run.trainer->train_step();
+    resumed.trainer->train_step();
+  }
+  EXPECT_TRUE(torch::equal(run.bowl->w, resumed.bowl->w));
+
+  // Settings that cannot mean anything are refused, naming the fix.
+  auto refused = [](ht::LookaheadOptions bad, const std::string& words) {
+    try {
+      ht::LookaheadStrategy s(bad);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  ht::LookaheadOptions no_momentum = o;
+  no_momentum.momentum = 0.0;
+  refused(no_momentum, "late_step needs outer momentum > 0");
+  ht::LookaheadOptions too_big_alpha = o;
+  too_big_alpha.alpha = 0.9;  // 0.9 * 0.6 / 0.3 = 1.8
+  refused(too_big_alpha, "raise late_momentum or lower alpha");
+  ht::LookaheadOptions bad_late = o;
+  bad_late.late_momentum = 1.0;
+  refused(bad_late, "late_momentum must be in [0, 1)");
+}

@@ -16,10 +16,24 @@ namespace ht {
 // With momentum > 0 it is SNOO (Kallusky et al. 2025): the pseudo-gradient s = slow - fast gets
 // outer Nesterov momentum, b = momentum * b + s; slow -= alpha * (momentum * b + s). Its steady
 // outer step is alpha / (1 - momentum) of the fast drift: above 1 it extrapolates, at 1 it damps.
-// With until_step > 0 it hands over to plain steps at the first synchronisation at or after that
-// step and frees its buffers (SNOO for the early phase only, plain training after it).
+struct LookaheadOptions {
+  int64_t k = 5;           // fast steps per synchronisation
+  double alpha = 0.5;      // slow step size (SNOO: outer learning rate)
+  double momentum = 0.0;   // outer Nesterov momentum; > 0 makes it SNOO
+  // Hand over to plain steps at the first synchronisation at or after this step and free the
+  // buffers (SNOO for the early phase only). 0: never.
+  int64_t until_step = 0;
+  // SNOO only: from the first synchronisation at or after late_step, outer momentum late_momentum,
+  // with alpha rescaled so the steady outer step alpha / (1 - momentum) stays what it was, and the
+  // buffer rescaled by (1 - momentum) / (1 - late_momentum) so the step does not jump at the switch.
+  // Momentum buys the tiny GPT's early plateau exit and costs after it (BENCHMARKS.md 9). 0: never.
+  int64_t late_step = 0;
+  double late_momentum = 0.0;
+};
+
 class LookaheadStrategy : public StepStrategy {
  public:
+  explicit LookaheadStrategy(const LookaheadOptions& options);
   LookaheadStrategy(int64_t k, double alpha, double momentum = 0.0, int64_t until_step = 0);
   std::string name() const override { return "lookahead"; }
   StepRecord run_step(Trainer& trainer) override;
@@ -27,18 +41,22 @@ class LookaheadStrategy : public StepStrategy {
   void load(torch::serialize::InputArchive& archive) override;
   int64_t state_bytes() const override;  // slow weights (+ the momentum buffer)
   bool stopped() const { return stopped_; }  // handed over to plain steps (until_step reached)
+  bool late() const { return late_; }        // switched to late_momentum (late_step reached)
 
  private:
-  int64_t k_;
-  double alpha_;
-  double momentum_;
-  int64_t until_step_;     // 0: never hand over
+  double momentum() const { return late_ ? options_.late_momentum : options_.momentum; }
+  double alpha() const;  // options_.alpha, rescaled once late
+  void switch_to_late_momentum();
+
+  LookaheadOptions options_;
   bool stopped_ = false;   // past until_step: plain steps, no buffers
+  bool late_ = false;      // past late_step: late_momentum
   int64_t count_ = 0;  // full steps since the last synchronisation
   std::vector<at::Tensor> slow_;
   std::vector<at::Tensor> outer_;  // SNOO's momentum buffer b (empty without momentum)
 };
 
+std::unique_ptr<StepStrategy> make_lookahead_strategy(const LookaheadOptions& options);
 std::unique_ptr<StepStrategy> make_lookahead_strategy(int64_t k = 5, double alpha = 0.5, double momentum = 0.0,
                                                       int64_t until_step = 0);
 
