@@ -143,6 +143,7 @@ const std::vector<KeySpec>& config_schema() {
       {"lookahead.until_step", T::Int, "0", {}, "hand over to plain steps at the first slow update at or after this step (SNOO for the early phase only)", R::in(0, kSteps).means("0 = to the end")},
       {"lookahead.late_step", T::Int, "0", {}, "SNOO: switch to lookahead.late_momentum at the first slow update at or after this step, alpha rescaled to keep the steady outer step alpha / (1 - momentum)", R::in(0, kSteps).means("0 = one momentum throughout")},
       {"lookahead.late_momentum", T::Float, "0.5", {}, "SNOO: outer momentum from lookahead.late_step on", R::in(0, 1).open_hi()},
+      {"lookahead.bias_correction", T::Bool, "false", {}, "SNOO: divide the t-th outer step by 1 - momentum^(t+1), so the first ones are the steady step alpha / (1 - momentum) too"},
 
       // Nowcast defaults come from NowcastStrategyOptions (NiNo's schedule); nowcast.model's values
       // from the nowcaster registry.

@@ -337,7 +337,12 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c, const Session* ses
     o.until_step = c.get_int("lookahead.until_step");
     o.late_step = c.get_int("lookahead.late_step");
     o.late_momentum = c.get_float("lookahead.late_momentum");
-    return make_lookahead_strategy(o);
+    o.bias_correction = c.get_bool("lookahead.bias_correction");
+    try {
+      return make_lookahead_strategy(o);
+    } catch (const std::invalid_argument& e) {
+      throw config_error(e);
+    }
   }
   if (mode == "nowcast") {
     std::string architecture = c.get_string("model.kind") == "gpt" ? "gpt2" : "feedforward";
@@ -361,7 +366,8 @@ ConfigError config_error(const std::exception& library_error) {
   // hybrid.full_steps.
   static const std::pair<const char*, const char*> prefixes[] = {
       {"AdamWOptions.", "optim."}, {"SgdOptions.", "optim."}, {"HybridOptions.", "hybrid."},
-      {"NowcastStrategyOptions.", "nowcast."}, {"ModelSettings.", "model."}};
+      {"NowcastStrategyOptions.", "nowcast."}, {"ModelSettings.", "model."},
+      {"LookaheadOptions.", "lookahead."}};
   std::string text = library_error.what();
   for (const auto& [from, to] : prefixes)
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at))

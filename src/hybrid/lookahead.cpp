@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "archive_io.h"
@@ -12,14 +13,20 @@
 namespace ht {
 
 LookaheadStrategy::LookaheadStrategy(const LookaheadOptions& o) : options_(o) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument("lookahead: " + what); };
+  // Named LookaheadOptions.<field>: the CLI shows them as its keys, lookahead.<field>.
+  auto fail = [](const std::string& what) { throw std::invalid_argument("LookaheadOptions." + what); };
   if (o.k < 1) fail("k must be >= 1, got " + std::to_string(o.k));
   if (!(o.alpha > 0.0 && o.alpha <= 1.0)) fail("alpha must be in (0, 1], got " + std::to_string(o.alpha));
   if (!(o.momentum >= 0.0 && o.momentum < 1.0)) fail("momentum must be in [0, 1), got " + std::to_string(o.momentum));
   if (o.until_step < 0) fail("until_step must be >= 0 (0 = to the end), got " + std::to_string(o.until_step));
   if (o.late_step < 0) fail("late_step must be >= 0 (0 = one momentum throughout), got " + std::to_string(o.late_step));
+  if (o.bias_correction && o.momentum == 0.0) {
+    fail("bias_correction needs LookaheadOptions.momentum > 0 (SNOO): set it, or set bias_correction to false");
+  }
   if (o.late_step == 0) return;
-  if (o.momentum == 0.0) fail("late_step needs outer momentum > 0 (SNOO): set momentum, or late_step to 0");
+  if (o.momentum == 0.0) {
+    fail("late_step needs LookaheadOptions.momentum > 0 (SNOO): set it, or set late_step to 0");
+  }
   if (!(o.late_momentum >= 0.0 && o.late_momentum < 1.0)) {
     fail("late_momentum must be in [0, 1), got " + std::to_string(o.late_momentum));
   }
@@ -80,7 +87,11 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   if (!stopped_ && ++count_ >= options_.k) {
     // This synchronisation ends step trainer.step() + 1.
     if (!late_ && options_.late_step > 0 && trainer.step() + 1 >= options_.late_step) switch_to_late_momentum();
-    const double alpha = this->alpha(), momentum = this->momentum();
+    ++syncs_;
+    const double momentum = this->momentum();
+    const double alpha =
+        options_.bias_correction ? this->alpha() / (1.0 - std::pow(momentum, static_cast<double>(syncs_ + 1)))
+                                 : this->alpha();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
       if (momentum == 0.0) {
@@ -124,6 +135,8 @@ void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
   archive_io::put(a, "alpha", options_.alpha);
   archive_io::put(a, "momentum", options_.momentum);
   archive_io::put(a, "count", count_);
+  archive_io::put(a, "syncs", syncs_);
+  archive_io::put(a, "bias_correction", static_cast<int64_t>(options_.bias_correction));
   archive_io::put(a, "stopped", static_cast<int64_t>(stopped_));
   archive_io::put(a, "late", static_cast<int64_t>(late_));
   if (stopped_) return;  // no buffers left
@@ -144,6 +157,13 @@ void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
                              ": resume with momentum " + (saved > 0.0 ? "> 0" : "0"));
   }
   count_ = archive_io::get_int(a, "count");
+  c10::IValue saved_syncs, saved_correction;  // nor had checkpoints from before bias_correction
+  syncs_ = a.try_read("syncs", saved_syncs) ? saved_syncs.toInt() : 0;
+  const bool corrected = a.try_read("bias_correction", saved_correction) && saved_correction.toInt() != 0;
+  if (corrected != options_.bias_correction) {
+    throw std::runtime_error(std::string("lookahead state was saved with bias_correction ") +
+                             (corrected ? "on" : "off") + ": resume with the same bias_correction");
+  }
   c10::IValue saved_stopped;  // checkpoints from before until_step never stopped
   stopped_ = a.try_read("stopped", saved_stopped) && saved_stopped.toInt() != 0;
   c10::IValue saved_late;  // nor had checkpoints from before late_step switched

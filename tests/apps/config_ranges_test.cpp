@@ -13,6 +13,7 @@
 #include "hybrid-train/config.h"
 #include "hybrid-train/session.h"
 #include "hybrid/kernels/optimizers.h"
+#include "hybrid/hybrid/lookahead.h"
 #include "hybrid/hybrid/options.h"
 #include "support/cli_run.h"
 
@@ -157,6 +158,15 @@ TEST(ConfigRanges, LibraryOptionErrorsNameTheConfigKey) {
     FAIL() << "accepted max_predict_steps < min_predict_steps";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(config_error(e).what()).find("hybrid.max_predict_steps"), std::string::npos);
+  }
+  LookaheadOptions l;
+  l.late_step = 100;  // without outer momentum there is nothing to switch
+  try {
+    LookaheadStrategy s(l);
+    FAIL() << "accepted late_step without momentum";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(config_error(e).what()).find("lookahead.late_step needs lookahead.momentum > 0"), std::string::npos)
+        << config_error(e).what();
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "hybrid/hybrid/lookahead.h"
@@ -234,11 +235,73 @@ TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
   };
   ht::LookaheadOptions no_momentum = o;
   no_momentum.momentum = 0.0;
-  refused(no_momentum, "late_step needs outer momentum > 0");
+  refused(no_momentum, "late_step needs LookaheadOptions.momentum > 0");
   ht::LookaheadOptions too_big_alpha = o;
   too_big_alpha.alpha = 0.9;  // 0.9 * 0.6 / 0.3 = 1.8
   refused(too_big_alpha, "raise late_momentum or lower alpha");
   ht::LookaheadOptions bad_late = o;
   bad_late.late_momentum = 1.0;
   refused(bad_late, "late_momentum must be in [0, 1)");
+}
+
+TEST(Lookahead, SnooBiasCorrectionMakesTheFirstOuterStepsTheSteadyOne) {
+  const int64_t k = 5;
+  const double alpha = 0.3, momentum = 0.7;
+  ht::LookaheadOptions o;
+  o.k = k;
+  o.alpha = alpha;
+  o.momentum = momentum;
+  o.bias_correction = true;
+  toy::BowlRun run(60, 0.02);
+  run.trainer->set_strategy(ht::make_lookahead_strategy(o));
+
+  toy::BowlRun fast(1000, 0.02);
+  auto k_sgd_steps = [&](const at::Tensor& from) {
+    {
+      torch::NoGradGuard g;
+      fast.bowl->w.copy_(from);
+    }
+    for (int64_t i = 0; i < k; ++i) fast.trainer->train_step();
+    return fast.bowl->w.detach().clone();
+  };
+  at::Tensor slow = run.bowl->w.detach().clone();
+  at::Tensor b = torch::zeros_like(slow);
+  int64_t t = 0;
+  for (int64_t sync_step = k; sync_step <= 30; sync_step += k) {
+    const at::Tensor fast_weights = k_sgd_steps(slow);
+    const at::Tensor s = slow - fast_weights;
+    ++t;
+    b = momentum * b + s;
+    const double corrected = alpha / (1.0 - std::pow(momentum, static_cast<double>(t + 1)));
+    slow = slow - corrected * (momentum * b + s);
+    // The first sync lands exactly on the fast weights: the steady step of a steady drift, 1.
+    if (t == 1) EXPECT_TRUE(torch::allclose(slow, fast_weights, 1e-5, 1e-6));
+    for (int64_t i = 0; i < k; ++i) run.trainer->train_step();
+    EXPECT_TRUE(torch::allclose(run.bowl->w, slow, 1e-5, 1e-6)) << "step " << sync_step;
+  }
+
+  // The sync count is state: a resume between syncs goes on bit-exactly.
+  for (int i = 0; i < 2; ++i) run.trainer->train_step();
+  const ht::testing::ScratchDir scratch;
+  const std::string path = scratch.file("corrected.ht");
+  run.trainer->save_checkpoint(path);
+  toy::BowlRun resumed(60, 0.02);
+  resumed.trainer->set_strategy(ht::make_lookahead_strategy(o));
+  resumed.trainer->load_checkpoint(path);
+  for (int i = 32; i < 45; ++i) {
+    run.trainer->train_step();
+    resumed.trainer->train_step();
+  }
+  EXPECT_TRUE(torch::equal(run.bowl->w, resumed.bowl->w));
+
+  // Resuming with the correction switched off would change every later step: refused.
+  ht::LookaheadOptions uncorrected = o;
+  uncorrected.bias_correction = false;
+  toy::BowlRun other(60, 0.02);
+  other.trainer->set_strategy(ht::make_lookahead_strategy(uncorrected));
+  EXPECT_THROW(other.trainer->load_checkpoint(path), std::runtime_error);
+
+  ht::LookaheadOptions no_momentum = o;
+  no_momentum.momentum = 0.0;
+  EXPECT_THROW(ht::LookaheadStrategy{no_momentum}, std::invalid_argument);
 }

@@ -29,6 +29,11 @@ struct LookaheadOptions {
   // Momentum buys the tiny GPT's early plateau exit and costs after it (BENCHMARKS.md 9). 0: never.
   int64_t late_step = 0;
   double late_momentum = 0.0;
+  // SNOO only: divide the outer step by 1 - momentum^(t+1) at the t-th synchronisation, the
+  // Nesterov form of Adam's bias correction. The buffer starts at zero, so without it the first
+  // outer steps are alpha * (1 + momentum) of the drift (0.51 at 0.3 / 0.7), not the steady 1:
+  // early SNOO lags plain steps. With it every outer step of a steady drift is the steady one.
+  bool bias_correction = false;
 };
 
 class LookaheadStrategy : public StepStrategy {
@@ -52,6 +57,7 @@ class LookaheadStrategy : public StepStrategy {
   bool stopped_ = false;   // past until_step: plain steps, no buffers
   bool late_ = false;      // past late_step: late_momentum
   int64_t count_ = 0;  // full steps since the last synchronisation
+  int64_t syncs_ = 0;  // synchronisations done (bias_correction's t)
   std::vector<at::Tensor> slow_;
   std::vector<at::Tensor> outer_;  // SNOO's momentum buffer b (empty without momentum)
 };
