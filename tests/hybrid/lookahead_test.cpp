@@ -169,6 +169,16 @@ TEST(Lookahead, AHybridCheckpointIsRefusedInLookaheadTerms) {
 // rescaled so the steady outer step alpha / (1 - momentum) stays 1. Checked against the
 // recurrence written out here, with the fast weights from k plain SGD steps on the bowl (SGD on
 // the bowl has no state, so k steps from given weights are a function of those weights).
+// The weights after k plain steps of `fast` from `from`: the fast weights a sync starts with.
+static at::Tensor sgd_steps_from(toy::BowlRun& fast, const at::Tensor& from, int64_t k) {
+  {
+    torch::NoGradGuard g;
+    fast.bowl->w.copy_(from);
+  }
+  for (int64_t i = 0; i < k; ++i) fast.trainer->train_step();
+  return fast.bowl->w.detach().clone();
+}
+
 TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
   const int64_t k = 5, late_step = 23;  // syncs end steps 5, 10, ..., the first late one is 25
   const double alpha = 0.3, momentum = 0.7, late_momentum = 0.4;
@@ -184,14 +194,7 @@ TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
   run.trainer->set_strategy(std::move(strategy));
 
   toy::BowlRun fast(1000, 0.02);
-  auto k_sgd_steps = [&](const at::Tensor& from) {
-    {
-      torch::NoGradGuard g;
-      fast.bowl->w.copy_(from);
-    }
-    for (int64_t i = 0; i < k; ++i) fast.trainer->train_step();
-    return fast.bowl->w.detach().clone();
-  };
+  auto k_sgd_steps = [&](const at::Tensor& from) { return sgd_steps_from(fast, from, k); };
   at::Tensor slow = run.bowl->w.detach().clone();
   at::Tensor b = torch::zeros_like(slow);
   bool late = false;
@@ -256,14 +259,7 @@ TEST(Lookahead, SnooBiasCorrectionMakesTheFirstOuterStepsTheSteadyOne) {
   run.trainer->set_strategy(ht::make_lookahead_strategy(o));
 
   toy::BowlRun fast(1000, 0.02);
-  auto k_sgd_steps = [&](const at::Tensor& from) {
-    {
-      torch::NoGradGuard g;
-      fast.bowl->w.copy_(from);
-    }
-    for (int64_t i = 0; i < k; ++i) fast.trainer->train_step();
-    return fast.bowl->w.detach().clone();
-  };
+  auto k_sgd_steps = [&](const at::Tensor& from) { return sgd_steps_from(fast, from, k); };
   at::Tensor slow = run.bowl->w.detach().clone();
   at::Tensor b = torch::zeros_like(slow);
   int64_t t = 0;
