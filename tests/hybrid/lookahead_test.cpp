@@ -179,6 +179,21 @@ static at::Tensor sgd_steps_from(toy::BowlRun& fast, const at::Tensor& from, int
   return fast.bowl->w.detach().clone();
 }
 
+// Saves `run` at its current step to `path`, resumes a fresh bowl from it with the same options,
+// steps both to `last_step` and expects the same weights: the strategy's state is all in the file.
+static void expect_resume_is_bit_exact(toy::BowlRun& run, const ht::LookaheadOptions& o,
+                                       const std::string& path, int64_t last_step) {
+  run.trainer->save_checkpoint(path);
+  toy::BowlRun resumed(60, 0.02);
+  resumed.trainer->set_strategy(ht::make_lookahead_strategy(o));
+  resumed.trainer->load_checkpoint(path);
+  while (run.trainer->step() < last_step) {
+    run.trainer->train_step();
+    resumed.trainer->train_step();
+  }
+  EXPECT_TRUE(torch::equal(run.bowl->w, resumed.bowl->w));
+}
+
 TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
   const int64_t k = 5, late_step = 23;  // syncs end steps 5, 10, ..., the first late one is 25
   const double alpha = 0.3, momentum = 0.7, late_momentum = 0.4;
@@ -216,16 +231,7 @@ TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
 
   // Resumed after the switch, the run goes on with the late momentum and its buffer.
   const ht::testing::ScratchDir scratch;
-  const std::string path = scratch.file("late.ht");
-  run.trainer->save_checkpoint(path);
-  toy::BowlRun resumed(60, 0.02);
-  resumed.trainer->set_strategy(ht::make_lookahead_strategy(o));
-  resumed.trainer->load_checkpoint(path);
-  for (int i = 50; i < 60; ++i) {
-    run.trainer->train_step();
-    resumed.trainer->train_step();
-  }
-  EXPECT_TRUE(torch::equal(run.bowl->w, resumed.bowl->w));
+  expect_resume_is_bit_exact(run, o, scratch.file("late.ht"), 60);
 
   // Settings that cannot mean anything are refused, naming the fix.
   auto refused = [](ht::LookaheadOptions bad, const std::string& words) {
@@ -280,15 +286,7 @@ TEST(Lookahead, SnooBiasCorrectionMakesTheFirstOuterStepsTheSteadyOne) {
   for (int i = 0; i < 2; ++i) run.trainer->train_step();
   const ht::testing::ScratchDir scratch;
   const std::string path = scratch.file("corrected.ht");
-  run.trainer->save_checkpoint(path);
-  toy::BowlRun resumed(60, 0.02);
-  resumed.trainer->set_strategy(ht::make_lookahead_strategy(o));
-  resumed.trainer->load_checkpoint(path);
-  for (int i = 32; i < 45; ++i) {
-    run.trainer->train_step();
-    resumed.trainer->train_step();
-  }
-  EXPECT_TRUE(torch::equal(run.bowl->w, resumed.bowl->w));
+  expect_resume_is_bit_exact(run, o, path, 45);
 
   // Resuming with the correction switched off would change every later step: refused.
   ht::LookaheadOptions uncorrected = o;
