@@ -194,6 +194,7 @@ class Run {
     o.checkpoint.dir.clear();  // no disk I/O inside the timed region
     trainer_ = std::make_unique<ht::Trainer>(*session_.objective, *session_.optimizer, *session_.data, o);
     trainer_->set_strategy(ht::cli::build_strategy(c, &session_));
+    for (auto& callback : ht::cli::build_callbacks(c, session_)) trainer_->add_callback(callback);
     result_ = RunResult{task, mode, seed, {}, 0, 0};
     result_.curve.push_back(point(0.0));
   }

@@ -244,6 +244,7 @@ int train(const Config& c, dist::ProcessGroup* group) {
 
   Trainer trainer(*s.objective, *s.optimizer, *s.data, options, &logger);
   trainer.set_strategy(build_strategy(c, &s));
+  for (auto& callback : build_callbacks(c, s)) trainer.add_callback(callback);
   if (lead) {
     std::printf("model   %s\ndata    %s\nrun     %s mode, %s, %d threads, output in %s\n", s.model_summary.c_str(),
                 s.data_summary.c_str(), c.get_string("run.mode").c_str(), s.optimizer->name().c_str(),

@@ -99,6 +99,8 @@ const std::vector<KeySpec>& config_schema() {
       {"optim.momentum", T::Float, "0.9", {}, "SGD momentum", R::in(0, 1).open_hi()},
       {"optim.grad_clip", T::Float, "1.0", {}, "max global gradient norm; 0 = off", R::in(0, 1e9).means("0 = off")},
       {"optim.grad_accum", T::Int, "1", {}, "batches per optimizer step", R::in(1, kMillion)},
+      {"optim.qk_update_scale", T::Float, "1", {}, "attention models: the query and key weights' updates times this (1 = off)", R::in(0, 100)},
+      {"optim.qk_update_until", T::Int, "0", {}, "optim.qk_update_scale for the steps before this one", R::in(0, kSteps).means("0 = every step")},
 
       {"schedule.kind", T::String, "cosine", {"cosine", "constant"}, "learning-rate schedule"},
       {"schedule.warmup_steps", T::Int, "100", {}, "linear warmup steps", R::in(0, kSteps)},

@@ -2,6 +2,7 @@
 // trainer_options() only, so what a key does is visible in one file.
 #include "session.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/update_scale.h"
 #include "hybrid/dist/data_parallel.h"
 #include "hybrid/kernels/optimizers.h"
 #include "hybrid/data/fashion_mnist.h"
@@ -221,6 +223,7 @@ Session build_session(const Config& c, bool with_data, bool load_init_from, dist
   s.set_model_recompute = built.set_recompute;
   s.architecture = built.architecture;
   s.n_head = built.n_head;
+  s.attention_map_slices = built.attention_map_slices;
   s.gpt = std::dynamic_pointer_cast<GPT>(s.module);
   s.precision_warning = precision_check(c);
   if (dataset == "tokens") s.byte_level = false;
@@ -377,6 +380,28 @@ ConfigError config_error(const std::exception& library_error) {
 
 std::string checkpoint_dir(const Config& c) {
   return (std::filesystem::path(c.get_string("run.out_dir")) / "checkpoints").string();
+}
+
+std::vector<std::shared_ptr<Callback>> build_callbacks(const Config& c, const Session& s) {
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  const double qk_scale = c.get_float("optim.qk_update_scale");
+  if (qk_scale == 1.0) return callbacks;
+  if (s.attention_map_slices.empty())
+    throw ConfigError(fmt::format("optim.qk_update_scale = {}: model.kind = {} has no attention maps to scale; "
+                                  "set it to 1 or train a gpt", qk_scale, c.get_string("model.kind")));
+  // The slices name parameters; the callback finds them by position in the optimizer's list.
+  const auto named = s.module->named_parameters(/*recurse=*/true);
+  const auto& params = s.optimizer->parameters();
+  std::vector<ParamSlice> slices;
+  for (const auto& slice : s.attention_map_slices) {
+    const at::Tensor* p = named.find(slice.name);
+    if (p == nullptr) throw std::logic_error("attention map slice names no parameter: " + slice.name);
+    const auto at = std::find_if(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(*p); });
+    if (at == params.end()) throw std::logic_error("the optimizer does not update " + slice.name);
+    slices.push_back({static_cast<int64_t>(at - params.begin()), slice.dim, slice.begin, slice.end});
+  }
+  callbacks.push_back(std::make_shared<UpdateScaleCallback>(std::move(slices), qk_scale, c.get_int("optim.qk_update_until")));
+  return callbacks;
 }
 
 c10::Device run_device(const Config& c) {

@@ -41,6 +41,7 @@ struct Session {
   std::function<void(RecomputeLevel, int64_t)> set_model_recompute;
   std::string architecture = "feedforward";
   int64_t n_head = 0;
+  std::vector<NamedSlice> attention_map_slices;  // BuiltModel's: optim.qk_update_scale acts on them
   // train.precision = bf16 on a CPU without bf16 instructions: what to tell the user (or "").
   std::string precision_warning;
   std::string recompute = "none";  // the activation recompute level in force
@@ -90,5 +91,8 @@ NowcastStrategyOptions nowcast_options(const Config& config, const std::string& 
 // Nowcast reads the model's architecture from the session; without one, from model.kind.
 std::unique_ptr<StepStrategy> build_strategy(const Config& config, const Session* session = nullptr);
 std::string checkpoint_dir(const Config& config);
+// The trainer callbacks the optim.* keys ask for (optim.qk_update_scale != 1: the attention maps'
+// update scaled); empty when none. ConfigError when the model has no attention maps to scale.
+std::vector<std::shared_ptr<Callback>> build_callbacks(const Config& config, const Session& session);
 
 }  // namespace ht::cli

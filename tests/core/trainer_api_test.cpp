@@ -14,6 +14,7 @@
 #include "support/reference_optimizers.h"
 #include "support/scratch_dir.h"
 #include "support/toy_problem.h"
+#include "support/toy_run.h"
 
 namespace ht {
 namespace {
@@ -21,23 +22,7 @@ namespace {
 using testing::ToyData;
 using testing::ToyNet;
 
-struct ToyRun {
-  std::shared_ptr<ToyNet> net;
-  std::unique_ptr<Objective> objective;
-  std::unique_ptr<Optimizer> optimizer;
-  ToyData data;
-  explicit ToyRun(double lr = 0.05, uint64_t seed = 1) {
-    torch::manual_seed(seed);
-    net = std::make_shared<ToyNet>();
-    objective = testing::toy_objective(net);
-    testing::ReferenceAdamWOptions o;
-    o.lr = lr;
-    optimizer = testing::reference_adamw(net->parameters(), o);
-  }
-  std::unique_ptr<Trainer> trainer(TrainerOptions o = {}) {
-    return std::make_unique<Trainer>(*objective, *optimizer, data, std::move(o));
-  }
-};
+using ToyRun = testing::ToyAdamWRun;
 
 TrainerOptions steps(int64_t n) {
   TrainerOptions o;

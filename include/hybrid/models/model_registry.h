@@ -52,6 +52,12 @@ struct BuildOptions {
   Precision precision = Precision::FP32;
 };
 
+// Indices [begin, end) along `dim` of the parameter `name` (as named_parameters() names it).
+struct NamedSlice {
+  std::string name;
+  int64_t dim = 0, begin = 0, end = 0;
+};
+
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;
   std::unique_ptr<Objective> objective;
@@ -63,6 +69,9 @@ struct BuiltModel {
   // attention heads of a GPT, which the parameter shapes alone do not tell.
   std::string architecture = "feedforward";
   int64_t n_head = 0;
+  // The weights that make the attention maps (GPT: the query and key columns of each block's
+  // c_attn.weight), whose step optim.qk_update_scale scales. Empty: the model has no attention.
+  std::vector<NamedSlice> attention_map_slices;
 };
 
 struct ModelSpec {

@@ -1,0 +1,44 @@
+// Scales the optimizer's update of chosen slices of chosen parameters for the first steps of a
+// run: a step size per part of a tensor, which an optimizer's parameter groups cannot express.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "hybrid/core/trainer.h"
+
+namespace ht {
+
+// Indices [begin, end) along `dim` of the optimizer's parameter `index` (its position in
+// Optimizer::parameters()).
+struct ParamSlice {
+  int64_t index = 0;
+  int64_t dim = 0;
+  int64_t begin = 0, end = 0;
+};
+
+// After each optimizer step before `until_step` (0: every step), the slices' update u becomes
+// factor * u: slice = before + factor * (after - before). With AdamW that is the slices' learning
+// rate (and decoupled decay) times `factor`; the optimizer's moments are its own, unscaled.
+// Why: the tiny GPT's loss plateau at the bigram level ends when attention starts to use the
+// bytes before; trained at full rate the query and key weights first collapse every head onto a few
+// positions (BENCHMARKS.md 9, "What the tiny GPT's plateau is"). Holds a copy of the slices during
+// the step only; keeps no state between steps, so checkpoints and resume are unaffected.
+class UpdateScaleCallback : public Callback {
+ public:
+  UpdateScaleCallback(std::vector<ParamSlice> slices, double factor, int64_t until_step);
+  void after_backward(Trainer& trainer) override;        // before the update: keep the slices
+  void after_optimizer_step(Trainer& trainer) override;  // rescale the update they got
+
+ private:
+  bool active(const Trainer& trainer) const;
+  std::vector<ParamSlice> slices_;
+  double factor_;
+  int64_t until_step_;
+  std::vector<at::Tensor> before_;  // a copy of each slice, during a step
+};
+
+}  // namespace ht
