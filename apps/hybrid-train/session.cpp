@@ -396,9 +396,9 @@ std::vector<std::shared_ptr<Callback>> build_callbacks(const Config& c, const Se
   for (const auto& slice : s.attention_map_slices) {
     const at::Tensor* p = named.find(slice.name);
     if (p == nullptr) throw std::logic_error("attention map slice names no parameter: " + slice.name);
-    const auto at = std::find_if(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(*p); });
-    if (at == params.end()) throw std::logic_error("the optimizer does not update " + slice.name);
-    slices.push_back({static_cast<int64_t>(at - params.begin()), slice.dim, slice.begin, slice.end});
+    const auto found = std::find_if(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(*p); });
+    if (found == params.end()) throw std::logic_error("the optimizer does not update " + slice.name);
+    slices.push_back({static_cast<int64_t>(found - params.begin()), slice.dim, slice.begin, slice.end});
   }
   callbacks.push_back(std::make_shared<UpdateScaleCallback>(std::move(slices), qk_scale, c.get_int("optim.qk_update_until")));
   return callbacks;

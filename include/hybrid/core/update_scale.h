@@ -23,10 +23,10 @@ struct ParamSlice {
 // After each optimizer step before `until_step` (0: every step), the slices' update u becomes
 // factor * u: slice = before + factor * (after - before). With AdamW that is the slices' learning
 // rate (and decoupled decay) times `factor`; the optimizer's moments are its own, unscaled.
-// Why: the tiny GPT's loss plateau at the bigram level ends when attention starts to use the
-// bytes before; trained at full rate the query and key weights first collapse every head onto a few
-// positions (BENCHMARKS.md 9, "What the tiny GPT's plateau is"). Holds a copy of the slices during
-// the step only; keeps no state between steps, so checkpoints and resume are unaffected.
+// Why: the tiny GPT's loss plateau at the bigram level ends when attention starts to read the byte
+// before, and the query and key weights set how fast the attention maps form - a lever on that
+// exit, measured slower than plain there (BENCHMARKS.md 9, "What the plateau is"). Holds a copy of
+// the slices during the step only and no state between steps: checkpoints and resume are unaffected.
 class UpdateScaleCallback : public Callback {
  public:
   UpdateScaleCallback(std::vector<ParamSlice> slices, double factor, int64_t until_step);
