@@ -31,20 +31,31 @@ bool UpdateScaleCallback::active(const Trainer& trainer) const {
 }
 
 void UpdateScaleCallback::after_backward(Trainer& trainer) {
-  before_.clear();
-  if (!active(trainer)) return;
+  taken_ = false;
+  if (!active(trainer)) {
+    before_.clear();  // past until_step for good: free the copies
+    return;
+  }
   torch::NoGradGuard no_grad;
   const auto& params = trainer.optimizer().parameters();
-  for (const auto& s : slices_) {
-    if (s.index >= static_cast<int64_t>(params.size()) || s.dim >= params[s.index].dim() ||
-        s.end > params[s.index].size(s.dim))
-      throw std::out_of_range("UpdateScaleCallback: " + describe(s) + " lies outside the optimizer's parameters");
-    before_.push_back(params[s.index].narrow(s.dim, s.begin, s.end - s.begin).clone());
+  if (before_.empty()) {  // the first scaled step: allocate the copies once
+    for (const auto& s : slices_) {
+      if (s.index >= static_cast<int64_t>(params.size()) || s.dim >= params[s.index].dim() ||
+          s.end > params[s.index].size(s.dim))
+        throw std::out_of_range("UpdateScaleCallback: " + describe(s) + " lies outside the optimizer's parameters");
+      before_.push_back(params[s.index].narrow(s.dim, s.begin, s.end - s.begin).clone());
+    }
+  } else {
+    for (size_t i = 0; i < slices_.size(); ++i) {
+      const ParamSlice& s = slices_[i];
+      before_[i].copy_(params[s.index].narrow(s.dim, s.begin, s.end - s.begin));
+    }
   }
+  taken_ = true;
 }
 
 void UpdateScaleCallback::after_optimizer_step(Trainer& trainer) {
-  if (before_.empty()) return;
+  if (!taken_) return;
   torch::NoGradGuard no_grad;
   const auto& params = trainer.optimizer().parameters();
   for (size_t i = 0; i < slices_.size(); ++i) {
@@ -52,7 +63,7 @@ void UpdateScaleCallback::after_optimizer_step(Trainer& trainer) {
     at::Tensor slice = params[s.index].narrow(s.dim, s.begin, s.end - s.begin);  // a view: updated in place
     slice.sub_(before_[i]).mul_(factor_).add_(before_[i]);  // before + factor * (after - before)
   }
-  before_.clear();
+  taken_ = false;
 }
 
 }  // namespace ht

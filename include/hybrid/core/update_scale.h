@@ -25,8 +25,8 @@ struct ParamSlice {
 // rate (and decoupled decay) times `factor`; the optimizer's moments are its own, unscaled.
 // Why: the tiny GPT's loss plateau at the bigram level ends when attention starts to read the byte
 // before, and the query and key weights set how fast the attention maps form - a lever on that
-// exit, measured slower than plain there (BENCHMARKS.md 9, "What the plateau is"). Holds a copy of
-// the slices during the step only and no state between steps: checkpoints and resume are unaffected.
+// exit, measured slower than plain there (BENCHMARKS.md 9, "What the plateau is"). Keeps a copy of
+// the slices until until_step and no state that outlives a step: checkpoints and resume are unaffected.
 class UpdateScaleCallback : public Callback {
  public:
   UpdateScaleCallback(std::vector<ParamSlice> slices, double factor, int64_t until_step);
@@ -38,7 +38,8 @@ class UpdateScaleCallback : public Callback {
   std::vector<ParamSlice> slices_;
   double factor_;
   int64_t until_step_;
-  std::vector<at::Tensor> before_;  // a copy of each slice, during a step
+  std::vector<at::Tensor> before_;  // a copy of each slice, allocated at the first scaled step
+  bool taken_ = false;              // before_ holds this step's slices
 };
 
 }  // namespace ht
