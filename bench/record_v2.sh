@@ -116,15 +116,15 @@ run_part() {
     # The tiny GPT: 3000 steps (not 10k: 141 ms a step here), period 1000; jumps judged after 40
     # steps (a period / 4 window would be 8 % of the run, past the 3 % redo budget).
     gpt_nino) part gpt_nino "NiNo protocol, constant lr" $seeds --tasks gpt --protocol nino --gpt-steps $gpt_steps --eval-points $(evals 30) \
-                --set nowcast.verify_after=40 --modes plain snoo wnn-late nino-late own-late ;;
+                --set nowcast.verify_after=40 --modes plain snoo plain@train.average_decay=0.99 wnn-late nino-late own-late ;;
     gpt_cosine) part gpt_cosine "warmup + cosine" $seeds --tasks gpt --protocol cosine --gpt-steps $gpt_steps --eval-points $(evals 30) \
-                  --set nowcast.verify_after=40 --modes plain snoo wnn-late nino-late own-late ;;
-    # 6 x 256 GPT: 1.4 s a step here, so one seed, 2000 steps, period 500, jumps judged after 40
-    # steps. Not 1000: its 3 % budget (30 steps) held no 50-step window, so no jump was ever made
+                  --set nowcast.verify_after=40 --modes plain snoo plain@train.average_decay=0.99 wnn-late nino-late own-late ;;
+    # 6 x 256 GPT: 2000 steps (~0.5 s a step on one AVX-512 EPYC core), period 500, jumps judged
+    # after 40 steps. Not 1000: its 3 % budget (30 steps) held no 50-step window, so no jump was ever made
     # (an H200 run, BENCHMARKS.md 9); 2000 holds one failure (40 steps and WNN+'s ~6-step price).
-    gptwide_nino) part gptwide_nino "NiNo protocol, constant lr" 1 \
+    gptwide_nino) part gptwide_nino "NiNo protocol, constant lr" $seeds \
                     --tasks gpt-wide --protocol nino --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) --set nowcast.period=500 \
-                    --set nowcast.verify_after=40 --modes plain wnn-late nino-late own-late ;;
+                    --set nowcast.verify_after=40 --modes plain snoo plain@train.average_decay=0.99 wnn-late nino-late own-late ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
