@@ -69,10 +69,11 @@ def tail_mean(d, mode, share):
     return statistics.mean(float(r["val_loss"]) for r in curve if int(r["step"]) >= (1 - share) * end)
 
 
-def curve_of(d, mode):
-    """[(step, seconds, val_loss)] of one mode, in step order."""
+def curve_of(d, mode, seed=None):
+    """[(step, seconds, val_loss)] of one mode (of one seed, where DIR holds several), in step order."""
     with open(os.path.join(d, "hybrid_curves.csv")) as f:
-        return [(int(r["step"]), float(r["seconds"]), float(r["val_loss"])) for r in csv.DictReader(f) if r["mode"] == mode]
+        return [(int(r["step"]), float(r["seconds"]), float(r["val_loss"])) for r in csv.DictReader(f)
+                if r["mode"] == mode and (seed is None or int(r["seed"]) == seed)]
 
 
 def smoothed(curve, width):
@@ -94,9 +95,9 @@ def to_target(curve, target):
     return float("nan"), float("nan")
 
 
-def best80_target(d, width=1):
+def best80_target(d, width=1, seed=None):
     """hybrid_bench's best80 rule: plain's best validation loss within 80 % of its steps."""
-    plain = smoothed(curve_of(d, "plain"), width)
+    plain = smoothed(curve_of(d, "plain", seed), width)
     return min(v for s, _, v in plain if 0 < s <= 0.8 * plain[-1][0])
 
 

@@ -17,6 +17,8 @@ import statistics
 import subprocess
 import sys
 
+from nowcast_runs import best80_target
+
 GRID = [i / 200 for i in range(1, 201)]  # shares of plain's training time
 
 
@@ -25,9 +27,6 @@ def runs_in(directory, mode):
     for name in ("hybrid_summary.csv", "hybrid_curves.csv"):
         if not os.path.isfile(os.path.join(directory, name)):
             sys.exit(f"{directory}: no {name} - pass folders that build/bench/hybrid_bench --out wrote")
-    # The target by the best80 rule from plain's curve, not the summary's: a run started without
-    # --target best80 has hybrid_bench's at80 target there.
-    targets, plain_steps = {}, {}
     curves = {}
     with open(os.path.join(directory, "hybrid_curves.csv")) as f:
         for r in csv.DictReader(f):
@@ -35,17 +34,14 @@ def runs_in(directory, mode):
                 continue
             curves.setdefault(int(r["seed"]), {}).setdefault(r["mode"], []).append(
                 (float(r["seconds"]), float(r["val_loss"])))
-            if r["mode"] == "plain":
-                plain_steps.setdefault(int(r["seed"]), []).append((int(r["step"]), float(r["val_loss"])))
-    for seed, points in plain_steps.items():
-        end = max(step for step, _ in points)
-        targets[seed] = min(loss for step, loss in points if step <= 0.8 * end)
     out = []
     for seed, by_mode in sorted(curves.items()):
-        if seed not in targets or "plain" not in by_mode or mode not in by_mode:
+        if "plain" not in by_mode or mode not in by_mode:
             continue
         plain_total = by_mode["plain"][-1][0]
-        out.append((seed, targets[seed], plain_total, by_mode))
+        # The target by the best80 rule from plain's curve, not the summary's: a run started
+        # without --target best80 has hybrid_bench's at80 target there.
+        out.append((seed, best80_target(directory, seed=seed), plain_total, by_mode))
     return out
 
 
