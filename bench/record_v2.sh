@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~31 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~34 h here)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
 #        RECORD_V2_JOBS=2: two parts at a time (their output only in each part's log)
@@ -27,6 +27,8 @@ seeds=${SEEDS:-3} power_seeds=${POWER_SEEDS:-12} gpt_seeds=${GPT_SEEDS:-8}
 # to step 100 (BENCHMARKS.md 9).
 gpt_setting=snoo@lookahead.alpha=0.1@lookahead.momentum=0.9@lookahead.late_step=300@lookahead.late_momentum=0.7@train.average_decay=0.99
 gpt_cosine_setting=${gpt_setting/late_step=300/late_step=100}
+# FM-16's setting of record at the constant rate (the fm16_power_nino part's last mode).
+fm16_nino_setting=nino-span-power@nowcast.tolerance=0.1@nowcast.power_level_states=4@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.25
 
 # Run lengths and evaluations per part, and what the smoke run puts after every part's options: a
 # 10-step period (states 2 apart; the modes' own windows become 1-2 steps, a part's 40 becomes 3)
@@ -132,6 +134,18 @@ run_part() {
                        --gpt-steps $gpt_steps --eval-points $(evals 30) --modes plain $gpt_setting ;;
     gpt_record_cosine) part gpt_record_cosine "warmup + cosine, the tiny GPT's setting" $gpt_seeds --tasks gpt --protocol cosine \
                          --gpt-steps $gpt_steps --eval-points $(evals 30) --modes plain $gpt_cosine_setting ;;
+    # Controls at NiNo's constant rate, whose plain starts at full rate on step 0: plain with a linear
+    # warmup, with the weight average, and both - a second baseline a user would tune first. On the
+    # tiny GPT a 300-step warmup plus the average matches its setting of record (BENCHMARKS.md 9);
+    # on FM-16 a 500-step warmup (5 %) and an average at decay 0.998, beside the setting of record
+    # and the setting with the average.
+    fm16_control_nino) part fm16_control_nino "NiNo protocol, plain with a warmup and the average (a control)" $seeds --tasks fm16 \
+                         --fm16-steps $fm16_steps --protocol nino --eval-points $(evals 40) --set data.probe_fraction=0.035 \
+                         --modes plain $fm16_nino_setting plain@schedule.warmup_steps=500 plain@train.average_decay=0.998 \
+                         plain@schedule.warmup_steps=500@train.average_decay=0.998 $fm16_nino_setting@train.average_decay=0.998 ;;
+    gpt_control_nino) part gpt_control_nino "NiNo protocol, plain with a warmup and the average (a control)" $gpt_seeds --tasks gpt \
+                        --protocol nino --gpt-steps $gpt_steps --eval-points $(evals 30) \
+                        --modes plain $gpt_setting plain@schedule.warmup_steps=300 plain@schedule.warmup_steps=300@train.average_decay=0.99 ;;
     # 6 x 256 GPT: 2000 steps (~0.5 s a step on one AVX-512 EPYC core), period 500, jumps judged
     # after 40 steps. Not 1000: its 3 % budget (30 steps) held no 50-step window, so no jump was ever made
     # (an H200 run, BENCHMARKS.md 9); 2000 holds one failure (40 steps and WNN+'s ~6-step price).
@@ -143,7 +157,7 @@ run_part() {
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino)
+[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino fm16_control_nino gpt_control_nino)
 # RECORD_V2_JOBS parts at a time (1: one after the other, as the figures of record ran; the smoke
 # test runs two, each hybrid_bench on its own core). A failed part fails the whole command.
 jobs_at_once=${RECORD_V2_JOBS:-1}
