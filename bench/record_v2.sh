@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~34 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~35 h here)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
 #        RECORD_V2_JOBS=2: two parts at a time (their output only in each part's log)
@@ -27,8 +27,10 @@ seeds=${SEEDS:-3} power_seeds=${POWER_SEEDS:-12} gpt_seeds=${GPT_SEEDS:-8}
 # to step 100 (BENCHMARKS.md 9).
 gpt_setting=snoo@lookahead.alpha=0.1@lookahead.momentum=0.9@lookahead.late_step=300@lookahead.late_momentum=0.7@train.average_decay=0.99
 gpt_cosine_setting=${gpt_setting/late_step=300/late_step=100}
-# FM-16's setting of record at the constant rate (the fm16_power_nino part's last mode).
+# FM-16's settings of record at the constant rate (the fm16_power_nino part's last mode) and under
+# cosine (half the norm change).
 fm16_nino_setting=nino-span-power@nowcast.tolerance=0.1@nowcast.power_level_states=4@nowcast.last_jump_fraction=0.5@nowcast.jump_norm_scale=0.25
+fm16_cosine_setting=${fm16_nino_setting/jump_norm_scale=0.25/jump_norm_scale=0.5}
 
 # Run lengths and evaluations per part, and what the smoke run puts after every part's options: a
 # 10-step period (states 2 apart; the modes' own windows become 1-2 steps, a part's 40 becomes 3)
@@ -143,6 +145,10 @@ run_part() {
                          --fm16-steps $fm16_steps --protocol nino --eval-points $(evals 40) --set data.probe_fraction=0.035 \
                          --modes plain $fm16_nino_setting plain@schedule.warmup_steps=500 plain@train.average_decay=0.998 \
                          plain@schedule.warmup_steps=500@train.average_decay=0.998 $fm16_nino_setting@train.average_decay=0.998 ;;
+    # Under cosine the protocol's plain has its warmup: the control is the weight average alone.
+    fm16_control_cosine) part fm16_control_cosine "warmup + cosine, plain with the average (a control)" $seeds --tasks fm16 \
+                           --fm16-steps $fm16_steps --protocol cosine --eval-points $(evals 40) --set data.probe_fraction=0.035 \
+                           --modes plain $fm16_cosine_setting plain@train.average_decay=0.998 $fm16_cosine_setting@train.average_decay=0.998 ;;
     gpt_control_nino) part gpt_control_nino "NiNo protocol, plain with a warmup and the average (a control)" $gpt_seeds --tasks gpt \
                         --protocol nino --gpt-steps $gpt_steps --eval-points $(evals 30) \
                         --modes plain $gpt_setting plain@schedule.warmup_steps=300 plain@schedule.warmup_steps=300@train.average_decay=0.99 ;;
@@ -157,7 +163,7 @@ run_part() {
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino fm16_control_nino gpt_control_nino)
+[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino fm16_control_nino fm16_control_cosine gpt_control_nino)
 # RECORD_V2_JOBS parts at a time (1: one after the other, as the figures of record ran; the smoke
 # test runs two, each hybrid_bench on its own core). A failed part fails the whole command.
 jobs_at_once=${RECORD_V2_JOBS:-1}
