@@ -143,6 +143,7 @@ const std::vector<KeySpec>& config_schema() {
       {"lookahead.alpha", T::Float, "0.5", {}, "Lookahead: slow-weights step size (SNOO: outer learning rate)", R::in(0, 1).open_lo()},
       {"lookahead.momentum", T::Float, "0", {}, "outer Nesterov momentum on the slow weights' steps; > 0 makes Lookahead SNOO", R::in(0, 1).open_hi().means("0 = Lookahead, > 0 = SNOO")},
       {"lookahead.until_step", T::Int, "0", {}, "hand over to plain steps at the first slow update at or after this step (SNOO for the early phase only)", R::in(0, kSteps).means("0 = to the end")},
+      {"lookahead.start_step", T::Int, "0", {}, "plain steps before this step; the first slow update period starts at the first step at or after it, from the weights there", R::in(0, kSteps).means("0 = from the first step")},
       {"lookahead.late_step", T::Int, "0", {}, "SNOO: switch to lookahead.late_momentum at the first slow update at or after this step, alpha rescaled to keep the steady outer step alpha / (1 - momentum)", R::in(0, kSteps).means("0 = one momentum throughout")},
       {"lookahead.late_momentum", T::Float, "0.5", {}, "SNOO: outer momentum from lookahead.late_step on", R::in(0, 1).open_hi()},
       {"lookahead.bias_correction", T::Bool, "false", {}, "SNOO: divide the t-th outer step by 1 - momentum^(t+1), so the first ones are the steady step alpha / (1 - momentum) too"},

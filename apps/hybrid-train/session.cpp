@@ -338,6 +338,7 @@ std::unique_ptr<StepStrategy> build_strategy(const Config& c, const Session* ses
     o.alpha = c.get_float("lookahead.alpha");
     o.momentum = c.get_float("lookahead.momentum");
     o.until_step = c.get_int("lookahead.until_step");
+    o.start_step = c.get_int("lookahead.start_step");
     o.late_step = c.get_int("lookahead.late_step");
     o.late_momentum = c.get_float("lookahead.late_momentum");
     o.bias_correction = c.get_bool("lookahead.bias_correction");

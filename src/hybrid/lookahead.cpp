@@ -19,6 +19,11 @@ LookaheadStrategy::LookaheadStrategy(const LookaheadOptions& o) : options_(o) {
   if (!(o.alpha > 0.0 && o.alpha <= 1.0)) fail("alpha must be in (0, 1], got " + std::to_string(o.alpha));
   if (!(o.momentum >= 0.0 && o.momentum < 1.0)) fail("momentum must be in [0, 1), got " + std::to_string(o.momentum));
   if (o.until_step < 0) fail("until_step must be >= 0 (0 = to the end), got " + std::to_string(o.until_step));
+  if (o.start_step < 0) fail("start_step must be >= 0 (0 = from the first step), got " + std::to_string(o.start_step));
+  if (o.until_step > 0 && o.until_step <= o.start_step) {
+    fail("until_step (" + std::to_string(o.until_step) + ") must be after start_step (" + std::to_string(o.start_step) +
+         "), or 0 for no hand-over");
+  }
   if (o.late_step < 0) fail("late_step must be >= 0 (0 = one momentum throughout), got " + std::to_string(o.late_step));
   if (o.bias_correction && o.momentum == 0.0) {
     fail("bias_correction needs LookaheadOptions.momentum > 0 (SNOO): set it, or set bias_correction to false");
@@ -69,11 +74,16 @@ void LookaheadStrategy::switch_to_late_momentum() {
 StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<at::Tensor>& params = trainer.optimizer().parameters();
-  if (!stopped_ && slow_.empty()) {
+  if (!started_ && trainer.step() >= options_.start_step) {
+    started_ = true;  // the first period starts here, from these weights
+    count_ = 0;
+  }
+  const bool active = started_ && !stopped_;
+  if (active && slow_.empty()) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) slow_.push_back(p.detach().clone());
   }
-  if (!stopped_ && momentum() > 0.0 && outer_.empty()) {
+  if (active && momentum() > 0.0 && outer_.empty()) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params) outer_.push_back(torch::zeros_like(p));
   }
@@ -84,7 +94,7 @@ StepRecord LookaheadStrategy::run_step(Trainer& trainer) {
   rec.grad_norm = r.grad_norm;
   rec.lr = trainer.optimizer().lr();
   bool synced = false;
-  if (!stopped_ && ++count_ >= options_.k) {
+  if (active && ++count_ >= options_.k) {
     // This synchronisation ends step trainer.step() + 1.
     if (!late_ && options_.late_step > 0 && trainer.step() + 1 >= options_.late_step) switch_to_late_momentum();
     ++syncs_;
@@ -137,9 +147,10 @@ void LookaheadStrategy::save(torch::serialize::OutputArchive& a) const {
   archive_io::put(a, "count", count_);
   archive_io::put(a, "syncs", syncs_);
   archive_io::put(a, "bias_correction", static_cast<int64_t>(options_.bias_correction));
+  archive_io::put(a, "started", static_cast<int64_t>(started_));
   archive_io::put(a, "stopped", static_cast<int64_t>(stopped_));
   archive_io::put(a, "late", static_cast<int64_t>(late_));
-  if (stopped_) return;  // no buffers left
+  if (!started_ || stopped_) return;  // no buffers yet, or none left
   archive_io::put_tensors(a, "slow", slow_);
   if (momentum() > 0.0) archive_io::put_tensors(a, "outer", outer_);
 }
@@ -164,6 +175,8 @@ void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
     throw std::runtime_error(std::string("lookahead state was saved with bias_correction ") +
                              (corrected ? "on" : "off") + ": resume with the same bias_correction");
   }
+  c10::IValue saved_started;  // checkpoints from before start_step started at step 0
+  started_ = !a.try_read("started", saved_started) || saved_started.toInt() != 0;
   c10::IValue saved_stopped;  // checkpoints from before until_step never stopped
   stopped_ = a.try_read("stopped", saved_stopped) && saved_stopped.toInt() != 0;
   c10::IValue saved_late;  // nor had checkpoints from before late_step switched
@@ -171,7 +184,7 @@ void LookaheadStrategy::load(torch::serialize::InputArchive& a) {
   if (late_ && options_.late_step == 0) {
     throw std::runtime_error("lookahead state was saved after its switch to late_momentum: resume with the same late_step");
   }
-  if (stopped_) {
+  if (!started_ || stopped_) {
     slow_.clear();
     outer_.clear();
     return;

@@ -253,6 +253,66 @@ TEST(Lookahead, SnooSwitchesToItsLateMomentumAtLateStep) {
   refused(bad_late, "late_momentum must be in [0, 1)");
 }
 
+// start_step: plain steps until it (no buffers), then SNOO from the weights there, exactly as a
+// SNOO run started from those weights; a checkpoint before the start and one after it resume.
+TEST(Lookahead, SnooStartsFromTheWeightsAtStartStep) {
+  const ht::testing::ScratchDir scratch;
+  const std::string before = scratch.file("before_start.ht");
+  ht::LookaheadOptions o;
+  o.k = 5;
+  o.alpha = 0.3;
+  o.momentum = 0.7;
+  o.start_step = 12;
+  toy::BowlRun a(60, 0.02);
+  auto strategy = std::make_unique<ht::LookaheadStrategy>(o);
+  const ht::LookaheadStrategy* snoo = strategy.get();
+  a.trainer->set_strategy(std::move(strategy));
+  toy::BowlRun plain(60, 0.02);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(a.trainer->train_step().extra.at("lookahead_sync"), 0.0) << "step " << i + 1;
+    plain.trainer->train_step();
+  }
+  EXPECT_FALSE(snoo->started());
+  EXPECT_EQ(snoo->state_bytes(), 0);
+  EXPECT_TRUE(torch::equal(a.bowl->w, plain.bowl->w));
+  a.trainer->save_checkpoint(before);
+
+  // From step 12 on: SNOO from these weights, its first sync ending step 17 (not 15).
+  toy::BowlRun fresh(60, 0.02);
+  {
+    torch::NoGradGuard g;
+    fresh.bowl->w.copy_(a.bowl->w);
+  }
+  ht::LookaheadOptions from_zero = o;
+  from_zero.start_step = 0;
+  fresh.trainer->set_strategy(ht::make_lookahead_strategy(from_zero));
+  for (int i = 12; i < 32; ++i) {
+    const ht::StepRecord r = a.trainer->train_step();
+    EXPECT_EQ(r.extra.at("lookahead_sync"), (i + 1 - 12) % 5 == 0 ? 1.0 : 0.0) << "step " << i + 1;
+    fresh.trainer->train_step();
+  }
+  EXPECT_TRUE(snoo->started());
+  EXPECT_GT(snoo->state_bytes(), 0);
+  EXPECT_TRUE(torch::equal(a.bowl->w, fresh.bowl->w));
+  EXPECT_FALSE(torch::equal(a.bowl->w, plain.bowl->w));
+
+  // Resumed from before the start: plain until it, then the same SNOO.
+  toy::BowlRun b(60, 0.02);
+  b.trainer->set_strategy(ht::make_lookahead_strategy(o));
+  b.trainer->load_checkpoint(before);
+  for (int i = 12; i < 32; ++i) b.trainer->train_step();
+  EXPECT_TRUE(torch::equal(a.bowl->w, b.bowl->w));
+  // And from after it, mid-period (step 32: two steps into the period ending 37).
+  expect_resume_is_bit_exact(a, o, scratch.file("after_start.ht"), 45);
+
+  ht::LookaheadOptions hand_over_first = o;
+  hand_over_first.until_step = 10;  // before the start: nothing would run
+  EXPECT_THROW(ht::LookaheadStrategy{hand_over_first}, std::invalid_argument);
+  ht::LookaheadOptions negative = o;
+  negative.start_step = -1;
+  EXPECT_THROW(ht::LookaheadStrategy{negative}, std::invalid_argument);
+}
+
 TEST(Lookahead, SnooBiasCorrectionMakesTheFirstOuterStepsTheSteadyOne) {
   const int64_t k = 5;
   const double alpha = 0.3, momentum = 0.7;

@@ -23,6 +23,9 @@ struct LookaheadOptions {
   // Hand over to plain steps at the first synchronisation at or after this step and free the
   // buffers (SNOO for the early phase only). 0: never.
   int64_t until_step = 0;
+  // Plain steps before this step; the first period starts at the first step at or after it, from
+  // the weights there (SNOO after a warmup or a plateau plain leaves faster). 0: from the first step.
+  int64_t start_step = 0;
   // SNOO only: from the first synchronisation at or after late_step, outer momentum late_momentum,
   // with alpha rescaled so the steady outer step alpha / (1 - momentum) stays what it was, and the
   // buffer rescaled by (1 - momentum) / (1 - late_momentum) so the step does not jump at the switch.
@@ -45,6 +48,7 @@ class LookaheadStrategy : public StepStrategy {
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
   int64_t state_bytes() const override;  // slow weights (+ the momentum buffer)
+  bool started() const { return started_; }  // past start_step: syncing
   bool stopped() const { return stopped_; }  // handed over to plain steps (until_step reached)
   bool late() const { return late_; }        // switched to late_momentum (late_step reached)
 
@@ -54,6 +58,7 @@ class LookaheadStrategy : public StepStrategy {
   void switch_to_late_momentum();
 
   LookaheadOptions options_;
+  bool started_ = false;   // reached start_step: buffers live until stopped_
   bool stopped_ = false;   // past until_step: plain steps, no buffers
   bool late_ = false;      // past late_step: late_momentum
   int64_t count_ = 0;  // full steps since the last synchronisation
