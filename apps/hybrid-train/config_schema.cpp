@@ -110,6 +110,7 @@ const std::vector<KeySpec>& config_schema() {
       {"train.eval_every", T::Int, "250", {}, "evaluate every n steps; 0 = only at the end", R::in(0, kSteps).means("0 = only at the end")},
       {"train.precision", T::String, "fp32", {"fp32", "bf16"}, "compute precision: bf16 = bf16 matmuls, attention and GELU with fp32 accumulation, fp32 master weights, optimizer, loss and LayerNorm statistics (GPT)"},
       {"train.average_decay", T::Float, "0", {}, "exponential weight average that evaluations, checkpoints and sample use (e.g. 0.97); 0 = off", R::in(0, 1).open_hi().means("0 = off")},
+      {"train.average_lag_correction", T::Float, "0", {}, "share of the weight average's lag behind the weights that evaluations take back (a double exponential average; 1 = none on a straight path); 0 = the average as it is", R::in(0, 1)},
 
       {"checkpoint.every_steps", T::Int, "500", {}, "save every n steps; 0 = off", R::in(0, kSteps).means("0 = off")},
       {"checkpoint.every_seconds", T::Float, "300", {}, "save every n seconds; 0 = off", R::in(0, 1e9).means("0 = off")},

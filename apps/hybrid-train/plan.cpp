@@ -137,6 +137,7 @@ PlanInputs plan_inputs(const Config& c) {
   in.levers.probe_batches =
       c.get_int(in.levers.mode == TrainMode::Nowcast ? "nowcast.probe_batches" : "hybrid.probe_batches");
   in.levers.weight_average = c.get_float("train.average_decay") > 0.0;
+  in.levers.average_lag_correction = in.levers.weight_average && c.get_float("train.average_lag_correction") > 0.0;
   in.levers.outer_momentum = c.get_float("lookahead.momentum") > 0.0;
   if (in.kind == "gpt") {
     in.gpt = gpt_config(c);

@@ -442,8 +442,11 @@ TrainerOptions trainer_options(const Config& c) {
   o.memory.warn_fraction = c.get_float("memory.warn_fraction");
   o.memory.critical_fraction = c.get_float("memory.critical_fraction");
   o.average_decay = c.get_float("train.average_decay");
+  o.average_lag_correction = c.get_float("train.average_lag_correction");
   o.config_text = c.to_toml();
   // Each key's own range is checked by the schema (config_schema.cpp); here only what relates keys.
+  if (o.average_lag_correction > 0.0 && o.average_decay == 0.0)
+    throw ConfigError("train.average_lag_correction corrects the weight average: set train.average_decay too (e.g. 0.99), or the correction to 0");
   if (!(o.memory.critical_fraction >= o.memory.warn_fraction))
     throw ConfigError("memory.critical_fraction must be in [memory.warn_fraction, 1], a share of memory.budget");
   return o;

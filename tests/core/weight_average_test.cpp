@@ -68,6 +68,69 @@ TEST(WeightAverage, SwapBeforeAnyUpdateChangesNothing) {
   for (const auto& p : net.parameters()) EXPECT_TRUE(torch::equal(p, torch::full_like(p, 1.5)));
 }
 
+// Weights moving at a steady rate, w_t = t * v: the average trails them by decay / (1 - decay)
+// steps of v, the fully corrected average not at all, half the correction by half that lag.
+TEST(WeightAverage, LagCorrectionTakesBackTheLagOnAStraightPath) {
+  testing::ToyNet net;
+  const double decay = 0.9, lag = decay / (1.0 - decay);  // 9 steps
+  WeightAverage plain(net, decay), full(net, decay, 1.0), half(net, decay, 0.5);
+  const int steps = 400;  // the start's transient decays as 0.9^t: gone to ~1e-17
+  for (int t = 0; t <= steps; ++t) {
+    fill(net, 0.01 * t);
+    plain.update();
+    full.update();
+    half.update();
+  }
+  const double now = 0.01 * steps;
+  auto expect_at = [](const std::vector<at::Tensor>& scored, double value, const char* which) {
+    for (const auto& t : scored) EXPECT_TRUE(torch::allclose(t, torch::full_like(t, value), 0, 1e-4)) << which;
+  };
+  expect_at(plain.scored(), now - 0.01 * lag, "plain");
+  expect_at(full.scored(), now, "full");
+  expect_at(half.scored(), now - 0.5 * 0.01 * lag, "half");
+  // The uncorrected average is the same in all three: the correction only changes what is scored.
+  for (size_t i = 0; i < plain.tensors().size(); ++i) EXPECT_TRUE(torch::equal(plain.tensors()[i], full.tensors()[i]));
+  // One more copy kept (the smooth average); plain's one.
+  EXPECT_EQ(full.bytes(), 2 * plain.bytes());
+}
+
+TEST(WeightAverage, LagCorrectedSwapScoresTheCorrectionAndTwiceRestoresBitForBit) {
+  torch::manual_seed(5);
+  testing::ToyNet net;
+  WeightAverage avg(net, 0.8, 1.0);
+  for (int i = 0; i < 6; ++i) {
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net.parameters()) p.add_(torch::randn_like(p));
+    }
+    avg.update();
+  }
+  std::vector<at::Tensor> weights, average;
+  for (const auto& p : net.parameters()) weights.push_back(p.detach().clone());
+  for (const auto& t : avg.tensors()) average.push_back(t.clone());
+  const std::vector<at::Tensor> scored = avg.scored();
+  const void* storage = net.parameters()[0].data_ptr();
+
+  avg.swap();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_TRUE(torch::equal(net.parameters()[i], scored[i]));
+    EXPECT_FALSE(torch::equal(scored[i], average[i]));  // the correction moved it
+  }
+  EXPECT_EQ(net.parameters()[0].data_ptr(), storage);
+  EXPECT_THROW(avg.update(), std::logic_error);  // the average of the scored weights would be wrong
+  avg.swap();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_TRUE(torch::equal(net.parameters()[i], weights[i]));
+    EXPECT_TRUE(torch::equal(avg.tensors()[i], average[i]));
+  }
+}
+
+TEST(WeightAverage, LagCorrectionOutsideTheUnitIntervalIsRejected) {
+  testing::ToyNet net;
+  EXPECT_THROW(WeightAverage(net, 0.9, -0.1), std::invalid_argument);
+  EXPECT_THROW(WeightAverage(net, 0.9, 1.5), std::invalid_argument);
+}
+
 TEST(WeightAverage, DecayOutsideTheOpenUnitIntervalIsRejected) {
   testing::ToyNet net;
   EXPECT_THROW(WeightAverage(net, 0.0), std::invalid_argument);

@@ -69,6 +69,9 @@ struct TrainerOptions {
   // > 0: keep an exponential average of the weights with this decay (e.g. 0.97), updated after
   // every verified step; evaluations score it, checkpoints keep it, sampling uses it.
   double average_decay = 0.0;
+  // In [0, 1], with average_decay: how much of the average's lag behind the weights evaluations
+  // take back (WeightAverage: 1 = none left on a straight path). 0: the average as it is.
+  double average_lag_correction = 0.0;
   // >= 0: seeds the random generators (CPU, and the device's) when the trainer is built, so
   // dropout and other draws in the loss repeat; a resumed run restores them from the checkpoint.
   int64_t seed = -1;

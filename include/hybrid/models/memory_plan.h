@@ -40,6 +40,7 @@ struct MemoryLevers {
   std::function<int64_t(const std::vector<int64_t>& numels)> nowcast_jump_bytes;
   int64_t probe_batches = 2;       // hybrid.probe_batches (nowcast.probe_batches): batches in the verification forward
   bool weight_average = false;     // train.average_decay > 0: one more copy of the parameters
+  bool average_lag_correction = false;  // train.average_lag_correction > 0: one more copy
   bool outer_momentum = false;     // Lookahead with lookahead.momentum > 0 (SNOO): one more copy
   // Data-parallel (train --nproc N): the figures are one rank's, for the rank's share of the
   // batch, which the caller passes in TrainShape::batch (the largest share: ceil(batch / ranks)).
