@@ -85,10 +85,15 @@ void WeightAverage::swap() {
     return;
   }
   if (!swapped_) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      held_.push_back(params_[i].clone());
-      params_[i].copy_(corrected(average_[i], smooth_[i], lag_correction_));
+    // Every copy first: an allocation that fails leaves the weights as they were. The in-place
+    // lerp_ gives the bits corrected() does, without a temporary.
+    try {
+      for (const auto& p : params_) held_.push_back(p.clone());
+    } catch (...) {
+      held_.clear();
+      throw;
     }
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(average_[i]).lerp_(smooth_[i], -lag_correction_);
   } else {
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(held_[i]);
     held_.clear();
