@@ -2,7 +2,9 @@
 // evaluation, and its checkpoint form (by parameter name, so sampling can read it alone).
 #include "hybrid/core/weight_average.h"
 
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -77,8 +79,19 @@ void WeightAverage::swap() {
   if (updates_ == 0) return;
   torch::NoGradGuard no_grad;
   if (smooth_.empty()) {
+    // One scratch buffer per kind of parameter, as large as its largest, allocated before anything
+    // moves: an allocation that fails leaves both as they were, and the temporary stays one
+    // parameter's size.
+    std::map<std::pair<at::ScalarType, std::string>, at::Tensor> scratch;
+    for (const auto& p : params_) {
+      at::Tensor& s = scratch[{p.scalar_type(), p.device().str()}];
+      if (!s.defined() || s.numel() < p.numel()) s = at::empty({p.numel()}, p.options());
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
-      const at::Tensor weights = params_[i].clone();
+      at::Tensor weights = scratch.at({params_[i].scalar_type(), params_[i].device().str()})
+                               .narrow(0, 0, params_[i].numel())
+                               .view(params_[i].sizes());
+      weights.copy_(params_[i]);
       params_[i].copy_(average_[i]);
       average_[i].copy_(weights);
     }
