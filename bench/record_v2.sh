@@ -142,7 +142,7 @@ run_part() {
     # on FM-16 a 500-step warmup (5 %) and an average at decay 0.998, beside the setting of record
     # and the setting with the average at 0.998 and at 0.995 (~200 steps, short against the jump
     # period: faster on every seed of both protocols, BENCHMARKS.md 9), and at 0.995 with its lag
-    # taken back (train.average_lag_correction=1: faster again on every seed of seven).
+    # taken back (train.average_lag_correction=1: faster again on every seed of eight).
     fm16_control_nino) part fm16_control_nino "NiNo protocol, plain with a warmup and the average (a control)" $seeds --tasks fm16 \
                          --fm16-steps $fm16_steps --protocol nino --eval-points $(evals 40) --set data.probe_fraction=0.035 \
                          --modes plain $fm16_nino_setting plain@schedule.warmup_steps=500 plain@train.average_decay=0.998 \
