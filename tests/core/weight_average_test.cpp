@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "hybrid/core/allocator.h"
 #include "hybrid/core/weight_average.h"
 #include "support/toy_problem.h"
 
@@ -13,6 +14,43 @@ namespace {
 void fill(torch::nn::Module& m, double v) {
   torch::NoGradGuard no_grad;
   for (auto& p : m.parameters()) p.fill_(v);
+}
+
+std::vector<at::Tensor> copies(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.detach().clone());
+  return out;
+}
+
+void expect_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << what << " " << i;
+}
+
+// Runs `body` with the allocator refusing any tensor past current live bytes + `headroom`, as a
+// full accelerator would; the budget is lifted whatever happens.
+template <typename Body>
+void with_headroom(int64_t headroom, Body body) {
+  release_cached_blocks();
+  set_memory_budget(allocator_stats().current_bytes + headroom);
+  try {
+    body();
+  } catch (...) {
+    set_memory_budget(0);
+    throw;
+  }
+  set_memory_budget(0);
+}
+
+// A net whose average differs from its weights: `updates` updates with noise added before each.
+void drift(testing::ToyNet& net, WeightAverage& avg, int updates) {
+  for (int i = 0; i < updates; ++i) {
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net.parameters()) p.add_(torch::randn_like(p));
+    }
+    avg.update();
+  }
 }
 
 }  // namespace
@@ -37,14 +75,8 @@ TEST(WeightAverage, SwapExchangesInPlaceAndTwiceRestoresBitForBit) {
   testing::ToyNet net;
   WeightAverage avg(net, 0.9);
   avg.update();
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : net.parameters()) p.add_(torch::randn_like(p));
-  }
-  std::vector<at::Tensor> weights, average;
-  for (const auto& p : net.parameters()) weights.push_back(p.detach().clone());
-  avg.update();
-  for (const auto& t : avg.tensors()) average.push_back(t.clone());
+  drift(net, avg, 1);
+  const std::vector<at::Tensor> weights = copies(net.parameters()), average = copies(avg.tensors());
   const void* storage = net.parameters()[0].data_ptr();
 
   avg.swap();
@@ -98,16 +130,8 @@ TEST(WeightAverage, LagCorrectedSwapScoresTheCorrectionAndTwiceRestoresBitForBit
   torch::manual_seed(5);
   testing::ToyNet net;
   WeightAverage avg(net, 0.8, 1.0);
-  for (int i = 0; i < 6; ++i) {
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& p : net.parameters()) p.add_(torch::randn_like(p));
-    }
-    avg.update();
-  }
-  std::vector<at::Tensor> weights, average;
-  for (const auto& p : net.parameters()) weights.push_back(p.detach().clone());
-  for (const auto& t : avg.tensors()) average.push_back(t.clone());
+  drift(net, avg, 6);
+  const std::vector<at::Tensor> weights = copies(net.parameters()), average = copies(avg.tensors());
   const std::vector<at::Tensor> scored = avg.scored();
   const void* storage = net.parameters()[0].data_ptr();
 
@@ -123,6 +147,50 @@ TEST(WeightAverage, LagCorrectedSwapScoresTheCorrectionAndTwiceRestoresBitForBit
     EXPECT_TRUE(torch::equal(net.parameters()[i], weights[i]));
     EXPECT_TRUE(torch::equal(avg.tensors()[i], average[i]));
   }
+}
+
+// Evaluation swaps the average in mid-run: if memory runs out there, training must go on from
+// the weights it had. The tracking allocator's budget makes the allocation fail on demand.
+TEST(WeightAverage, SwapNeedsOneParameterOfScratchAndWithoutItMovesNothing) {
+  if (!tracking_allocator_installed()) GTEST_SKIP() << "needs the tracking allocator (tests/test_main.cpp)";
+  torch::manual_seed(7);
+  testing::ToyNet net;  // fc1.weight [32, 2] is its largest parameter
+  WeightAverage avg(net, 0.9);
+  drift(net, avg, 3);
+  const std::vector<at::Tensor> weights = copies(net.parameters()), average = copies(avg.tensors());
+
+  with_headroom(0, [&] { EXPECT_THROW(avg.swap(), c10::Error); });
+  expect_equal(net.parameters(), weights, "weights after the failed swap");
+  expect_equal(avg.tensors(), average, "average after the failed swap");
+
+  // One block of the largest parameter's size is all the exchange takes, whatever the count.
+  with_headroom(allocator_block_bytes(64 * sizeof(float)), [&] { EXPECT_NO_THROW(avg.swap()); });
+  expect_equal(net.parameters(), average, "weights swapped in");
+  avg.swap();
+  expect_equal(net.parameters(), weights, "weights swapped back");
+  expect_equal(avg.tensors(), average, "average swapped back");
+}
+
+TEST(WeightAverage, LagCorrectedSwapThatRunsOutOfMemoryHalfwayLeavesTheWeights) {
+  if (!tracking_allocator_installed()) GTEST_SKIP() << "needs the tracking allocator (tests/test_main.cpp)";
+  torch::manual_seed(8);
+  testing::ToyNet net;
+  WeightAverage avg(net, 0.8, 1.0);
+  drift(net, avg, 4);
+  const std::vector<at::Tensor> weights = copies(net.parameters()), average = copies(avg.tensors());
+  const int64_t bytes = avg.bytes();
+
+  // Room for the first parameter's copy (fc1.weight) and not the second's: it fails halfway.
+  with_headroom(allocator_block_bytes(64 * sizeof(float)), [&] { EXPECT_THROW(avg.swap(), c10::Error); });
+  expect_equal(net.parameters(), weights, "weights after the failed swap");
+  expect_equal(avg.tensors(), average, "average after the failed swap");
+  EXPECT_EQ(avg.bytes(), bytes);     // the copies made before the failure are gone
+  EXPECT_NO_THROW(avg.update());     // not left swapped in: training goes on
+  const std::vector<at::Tensor> now = copies(net.parameters());
+  avg.swap();
+  EXPECT_FALSE(torch::equal(net.parameters()[0], now[0]));  // the corrected average is in
+  avg.swap();
+  expect_equal(net.parameters(), now, "weights swapped back");
 }
 
 TEST(WeightAverage, LagCorrectionOutsideTheUnitIntervalIsRejected) {
