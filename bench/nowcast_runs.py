@@ -95,9 +95,9 @@ def to_target(curve, target):
     return float("nan"), float("nan")
 
 
-def best80_target(d, width=1, seed=None):
-    """hybrid_bench's best80 rule: plain's best validation loss within 80 % of its steps."""
-    plain = smoothed(curve_of(d, "plain", seed), width)
+def best80_target(d, width=1, seed=None, mode="plain"):
+    """hybrid_bench's best80 rule: plain's (or `mode`'s) best validation loss within 80 % of its steps."""
+    plain = smoothed(curve_of(d, mode, seed), width)
     return min(v for s, _, v in plain if 0 < s <= 0.8 * plain[-1][0])
 
 

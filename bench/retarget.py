@@ -17,7 +17,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nowcast_runs import curve_of, to_target  # noqa: E402
+from nowcast_runs import best80_target, curve_of, to_target  # noqa: E402
 
 
 def seed_of(d):
@@ -44,7 +44,7 @@ def main():
         plain = curve_of(d, a.plain_mode)
         if not plain:
             raise SystemExit(f"{d}: no mode {a.plain_mode}")
-        target = min(v for s, _, v in plain if 0 < s <= 0.8 * plain[-1][0])  # hybrid_bench's best80
+        target = best80_target(d, mode=a.plain_mode)
         _, plain_steps = to_target(plain, target)
         run = curve_of(runs[seed], a.mode)
         if not run:
