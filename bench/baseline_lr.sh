@@ -19,7 +19,7 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for grid in "${grids[@]}"; do
-  if [[ ! $grid =~ ^[a-z]+:[0-9.,e-]+$ ]]; then
+  if [[ ! $grid =~ ^[a-z][a-z0-9-]*:[0-9.,e-]+$ ]]; then
     echo "baseline_lr.sh: bad grid '$grid': write task:lr,lr,... (e.g. mlp:0.002,0.004)" >&2
     exit 2
   fi
