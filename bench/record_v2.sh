@@ -7,6 +7,7 @@
 # it is not run again here. Build first.
 #
 # Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~37 h here)
+#        bash bench/record_v2.sh --list        (the parts, one per line)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
 #        RECORD_V2_JOBS=2: two parts at a time (their output only in each part's log)
@@ -22,6 +23,8 @@ build=${HT_BUILD_DIR:-build}
 # Seeds per part: SEEDS (3) for the comparisons, POWER_SEEDS (12) for the README's setting, whose
 # FM-16 cells sit near the goal's line, where 3 seeds cannot tell 1.4x from 1.6x.
 seeds=${SEEDS:-3} power_seeds=${POWER_SEEDS:-12} gpt_seeds=${GPT_SEEDS:-8}
+# Seeds of the cosine cells against the tuned plain (TUNED_SEEDS, 8 as recorded).
+tuned_seeds=${TUNED_SEEDS:-8}
 # The tiny GPT's setting of record: SNOO with a high outer momentum while on the loss plateau, to
 # step 300 at the constant rate; under cosine, whose peak rate leaves the plateau by step ~250,
 # to step 100 (BENCHMARKS.md 9).
@@ -45,7 +48,7 @@ smoke=()
 evals() { echo "$1"; }
 if [ "${RECORD_V2_SMOKE:-0}" = 1 ]; then
   fm16_steps=30 mlp_nino_steps=12 mlp_cosine_steps=12 gpt_steps=30 gpt_wide_steps=15
-  seeds=1 power_seeds=1 gpt_seeds=1
+  seeds=1 power_seeds=1 gpt_seeds=1 tuned_seeds=1
   smoke=(--set nowcast.period=10 --set nowcast.horizon_max=5 --set nowcast.redo_budget=0.5
          --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set data.batch_size=8 --set data.context=32
          --set data.val_batches=2)
@@ -169,18 +172,23 @@ run_part() {
     # is best at 1e-2 of 3e-3..2e-2, the tiny GPT's at 3e-3 of 2e-3..1e-2 (seeds 1-2, BENCHMARKS.md 9).
     # Each setting keeps the peak that is best for it (FM-16's at 1e-2 overshoots: its end is 9 %
     # above plain's), beside the weight average alone at plain's rate (a control).
-    fm16_cosine_tuned) part fm16_cosine_tuned "warmup + cosine, plain at its tuned 1e-2 peak" $gpt_seeds --tasks fm16 \
+    fm16_cosine_tuned) part fm16_cosine_tuned "warmup + cosine, plain at its tuned 1e-2 peak" $tuned_seeds --tasks fm16 \
                          --fm16-steps $fm16_steps --protocol cosine --eval-points $(evals 40) --set data.probe_fraction=0.035 \
                          --set optim.lr=0.01 --modes plain plain@$lag_average $fm16_cosine_setting@$lag_average@optim.lr=0.006 ;;
-    gpt_cosine_tuned) part gpt_cosine_tuned "warmup + cosine, plain at its tuned 3e-3 peak" $gpt_seeds --tasks gpt \
+    gpt_cosine_tuned) part gpt_cosine_tuned "warmup + cosine, plain at its tuned 3e-3 peak" $tuned_seeds --tasks gpt \
                         --protocol cosine --gpt-steps $gpt_steps --eval-points $(evals 30) \
                         --set optim.lr=0.003 --modes plain $gpt_cosine_setting@optim.lr=0.004 plain@train.average_decay=0.99 ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
 
+all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino
+           fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
+           fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned)
+# --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
+if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned)
+[ ${#parts[@]} -gt 0 ] || parts=("${all_parts[@]}")
 # RECORD_V2_JOBS parts at a time (1: one after the other, as the figures of record ran; the smoke
 # test runs two, each hybrid_bench on its own core). A failed part fails the whole command.
 jobs_at_once=${RECORD_V2_JOBS:-1}
