@@ -184,7 +184,7 @@ run_part() {
                         --mlp-steps $mlp_cosine_steps --eval-points $(evals 40) --set data.val_batches=-1 --set nowcast.period=500 \
                         --set optim.lr=0.001 --modes plain snoo wnn-noverify nino-noverify wnn-late nino-late own-late ;;
     # The 6 x 256 GPT under warmup + cosine (2000 steps, 3 seeds): plain at the tiny GPT's tuned 3e-3
-    # (not tuned for this width: its grid would cost ~2 h a rate and seed here), the tiny GPT's
+    # (not tuned for this width: a grid costs ~25 min a rate and seed here), the tiny GPT's
     # cosine setting at its 4e-3, and the average alone. No nowcaster (each mode costs ~25 min a
     # seed here; at the constant rate, one H200 seed, WNN+ made no jump within its budget and ours
     # never reached plain's target: BENCHMARKS.md 9).
