@@ -36,6 +36,11 @@ fm16_nino_setting=nino-span-power@nowcast.tolerance=0.1@nowcast.power_level_stat
 fm16_cosine_setting=${fm16_nino_setting/jump_norm_scale=0.25/jump_norm_scale=0.5}
 # The weight average at decay 0.995 with its lag taken back (FM-16's best average, BENCHMARKS.md 9).
 lag_average=train.average_decay=0.995@train.average_lag_correction=1
+# The MLP parts' modes (each protocol, and cosine against the tuned plain).
+mlp_modes=(plain snoo wnn-noverify nino-noverify wnn-late nino-late own-late)
+# Both GPTs under cosine against plain at the tiny GPT's tuned 3e-3 peak: the setting at the 4e-3
+# best for it, and the average alone (a control).
+gpt_tuned_cosine=(--set optim.lr=0.003 --modes plain "$gpt_cosine_setting@optim.lr=0.004" plain@train.average_decay=0.99)
 
 # Run lengths and evaluations per part, and what the smoke run puts after every part's options: a
 # 10-step period (states 2 apart; the modes' own windows become 1-2 steps, a part's 40 becomes 3)
@@ -124,9 +129,9 @@ run_part() {
     # 3000 and rises after): 2000 steps keep plain improving to the end; cosine 3000. Period 500.
     # The whole test set as validation (20 batches were too noisy to rank evaluations).
     mlp_nino) part mlp_nino "NiNo protocol, constant lr" $seeds --tasks mlp --protocol nino --mlp-steps $mlp_nino_steps --eval-points $(evals 40) \
-                --set data.val_batches=-1 --set nowcast.period=500 --modes plain snoo wnn-noverify nino-noverify wnn-late nino-late own-late ;;
+                --set data.val_batches=-1 --set nowcast.period=500 --modes "${mlp_modes[@]}" ;;
     mlp_cosine) part mlp_cosine "warmup + cosine" $seeds --tasks mlp --protocol cosine --mlp-steps $mlp_cosine_steps --eval-points $(evals 40) \
-                  --set data.val_batches=-1 --set nowcast.period=500 --modes plain snoo wnn-noverify nino-noverify wnn-late nino-late own-late ;;
+                  --set data.val_batches=-1 --set nowcast.period=500 --modes "${mlp_modes[@]}" ;;
     # The tiny GPT: 3000 steps (not 10k: 141 ms a step here), period 1000; jumps judged after 40
     # steps (a period / 4 window would be 8 % of the run, past the 3 % redo budget).
     gpt_nino) part gpt_nino "NiNo protocol, constant lr" $seeds --tasks gpt --protocol nino --gpt-steps $gpt_steps --eval-points $(evals 30) \
@@ -177,12 +182,12 @@ run_part() {
                          --set optim.lr=0.01 --modes plain plain@$lag_average $fm16_cosine_setting@$lag_average@optim.lr=0.006 ;;
     gpt_cosine_tuned) part gpt_cosine_tuned "warmup + cosine, plain at its tuned 3e-3 peak" $tuned_seeds --tasks gpt \
                         --protocol cosine --gpt-steps $gpt_steps --eval-points $(evals 30) \
-                        --set optim.lr=0.003 --modes plain $gpt_cosine_setting@optim.lr=0.004 plain@train.average_decay=0.99 ;;
+                        "${gpt_tuned_cosine[@]}" ;;
     # The MLP under cosine against plain at its best peak at 3000 steps, 1e-3 (of 5e-4..6e-3, seeds
     # 1-3; the protocol's 4e-3 was v1's best at 600 steps): the mlp_cosine part's modes.
     mlp_cosine_tuned) part mlp_cosine_tuned "warmup + cosine, plain at its tuned 1e-3 peak" $seeds --tasks mlp --protocol cosine \
                         --mlp-steps $mlp_cosine_steps --eval-points $(evals 40) --set data.val_batches=-1 --set nowcast.period=500 \
-                        --set optim.lr=0.001 --modes plain snoo wnn-noverify nino-noverify wnn-late nino-late own-late ;;
+                        --set optim.lr=0.001 --modes "${mlp_modes[@]}" ;;
     # The 6 x 256 GPT under warmup + cosine (2000 steps, 3 seeds): plain at the tiny GPT's tuned 3e-3
     # (not tuned for this width: a grid costs ~25 min a rate and seed here), the tiny GPT's
     # cosine setting at its 4e-3, and the average alone. No nowcaster (each mode costs ~25 min a
@@ -190,7 +195,7 @@ run_part() {
     # never reached plain's target: BENCHMARKS.md 9).
     gptwide_cosine) part gptwide_cosine "warmup + cosine, plain at 3e-3" $seeds --tasks gpt-wide --protocol cosine \
                       --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
-                      --set optim.lr=0.003 --modes plain $gpt_cosine_setting@optim.lr=0.004 plain@train.average_decay=0.99 ;;
+                      "${gpt_tuned_cosine[@]}" ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
