@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~40 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~42 h here)
 #        bash bench/record_v2.sh --list        (the parts, one per line)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
@@ -41,6 +41,8 @@ mlp_modes=(plain snoo wnn-noverify nino-noverify wnn-late nino-late own-late)
 # Both GPTs under cosine against plain at the tiny GPT's tuned 3e-3 peak: the setting at the 4e-3
 # best for it, and the average alone (a control).
 gpt_tuned_cosine=(--set optim.lr=0.003 --modes plain "$gpt_cosine_setting@optim.lr=0.004" plain@train.average_decay=0.99)
+# Muon as the inner optimizer (optim.name=muon; Newton-Schulz in bf16, fast on AVX512-BF16 / AMX only).
+muon=plain@optim.name=muon@optim.muon_precision=bf16
 
 # Run lengths and evaluations per part, and what the smoke run puts after every part's options: a
 # 10-step period (states 2 apart; the modes' own windows become 1-2 steps, a part's 40 becomes 3)
@@ -196,6 +198,12 @@ run_part() {
     gptwide_cosine) part gptwide_cosine "warmup + cosine, plain at 3e-3" $seeds --tasks gpt-wide --protocol cosine \
                       --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
                       "${gpt_tuned_cosine[@]}" ;;
+    # The tiny GPT under cosine with Muon instead of AdamW, against plain AdamW at its tuned 3e-3:
+    # with the weight average at 0.99, and alone (a control). Muon's 3e-3 is its best of 2e-3, 3e-3,
+    # 6e-3 and 1.2e-2 on seed 1 (and better than 2e-3 on seed 2; BENCHMARKS.md 9).
+    gpt_cosine_muon) part gpt_cosine_muon "warmup + cosine, Muon against plain AdamW at 3e-3" $tuned_seeds --tasks gpt \
+                       --protocol cosine --gpt-steps $gpt_steps --eval-points $(evals 30) --set optim.lr=0.003 \
+                       --modes plain $muon@train.average_decay=0.99 $muon ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
@@ -203,7 +211,7 @@ run_part() {
 all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino
            fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
            fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned gptwide_cosine
-           mlp_cosine_tuned)
+           mlp_cosine_tuned gpt_cosine_muon)
 # --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
 if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")

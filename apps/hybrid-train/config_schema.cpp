@@ -90,13 +90,17 @@ const std::vector<KeySpec>& config_schema() {
       {"data.val_batches", T::Int, "20", {}, "validation batches per evaluation; -1 = all", R::in(1, kHuge).or_value(-1, "-1 = all")},
 
 
-      {"optim.name", T::String, "adamw", {"adamw", "sgd", "adamw8bit"}, "optimizer"},
+      {"optim.name", T::String, "adamw", {"adamw", "sgd", "adamw8bit", "muon"}, "optimizer (muon: orthogonalized momentum for weight matrices, AdamW for the rest, one rate)"},
       {"optim.lr", T::Float, "0.003", {}, "peak learning rate", R::in(0, 10)},
       {"optim.weight_decay", T::Float, "0.1", {}, "decoupled weight decay (matrices only)", R::in(0, 10)},
       {"optim.beta1", T::Float, "0.9", {}, "Adam beta1", R::in(0, 1).open_hi()},
       {"optim.beta2", T::Float, "0.95", {}, "Adam beta2", R::in(0, 1).open_hi()},
       {"optim.eps", T::Float, "1e-8", {}, "Adam epsilon", R::in(0, 1).open_lo()},
       {"optim.momentum", T::Float, "0.9", {}, "SGD momentum", R::in(0, 1).open_hi()},
+      {"optim.muon_momentum", T::Float, "0.95", {}, "Muon: Nesterov momentum of the matrices", R::in(0, 1).open_hi()},
+      {"optim.muon_ns_steps", T::Int, "5", {}, "Muon: Newton-Schulz iterations per matrix and step", R::in(1, 100)},
+      {"optim.muon_precision", T::String, "fp32", {"fp32", "bf16"}, "Muon: the Newton-Schulz matmuls' precision (bf16: faster on CPUs with AVX512-BF16 or AMX)"},
+      {"optim.muon_split_qkv", T::Bool, "true", {}, "Muon: orthogonalize GPT-2's c_attn as its q, k and v thirds"},
       {"optim.grad_clip", T::Float, "1.0", {}, "max global gradient norm; 0 = off", R::in(0, 1e9).means("0 = off")},
       {"optim.grad_accum", T::Int, "1", {}, "batches per optimizer step", R::in(1, kMillion)},
       {"optim.qk_update_scale", T::Float, "1", {}, "attention models: the query and key weights' updates times this (1 = off)", R::in(0, 100)},

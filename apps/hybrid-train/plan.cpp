@@ -21,6 +21,7 @@ namespace {
 OptimizerKind optimizer_kind(const Config& c) {
   const std::string name = c.get_string("optim.name");
   if (name == "adamw8bit") return OptimizerKind::AdamW8bit;
+  if (name == "muon") return OptimizerKind::Muon;
   if (name == "sgd") return c.get_float("optim.momentum") > 0 ? OptimizerKind::SgdMomentum : OptimizerKind::Sgd;
   return OptimizerKind::AdamW;
 }

@@ -21,6 +21,7 @@
 #include "hybrid/hybrid/predictor_registry.h"
 #include "hybrid/hybrid/strategy.h"
 #include "hybrid/kernels/adamw8bit.h"
+#include "hybrid/kernels/muon.h"
 #include "hybrid/kernels/attention.h"
 #include "hybrid/kernels/recompute.h"
 #include "hybrid/kernels/attention_core.h"
@@ -81,8 +82,23 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   }
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tensor> params,
+// Muon's split: every matrix and conv kernel is orthogonalized except the embeddings (a lookup
+// table's rows are not a linear map's; the tied GPT head reads wte too), which take AdamW's step.
+std::vector<MuonParam> muon_params(const torch::nn::Module& module, bool split_qkv) {
+  std::vector<MuonParam> out;
+  for (const auto& item : module.named_parameters()) {
+    const std::string& name = item.key();
+    const bool embedding = name.find("wte") != std::string::npos || name.find("wpe") != std::string::npos ||
+                           name.find("embed") != std::string::npos;
+    const bool fused_qkv = split_qkv && name.size() >= 13 && name.compare(name.size() - 13, 13, "c_attn.weight") == 0;
+    out.push_back({item.value(), item.value().dim() >= 2 && !embedding, fused_qkv ? 3 : 1});
+  }
+  return out;
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const Config& c, const torch::nn::Module& module,
                                            dist::ProcessGroup* group) {
+  std::vector<at::Tensor> params = module.parameters();
   const std::string name = c.get_string("optim.name");
   if (group && c.get_bool("dist.shard_optimizer") && name != "adamw")
     throw ConfigError("dist.shard_optimizer = true shards AdamW's moments; optim.name = " + name +
@@ -102,6 +118,14 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, std::vector<at::Tens
     o.eps = c.get_float("optim.eps");
     o.weight_decay = c.get_float("optim.weight_decay");
     if (name == "adamw8bit") return make_adamw8bit(std::move(params), o);
+    if (name == "muon") {
+      MuonOptions m;
+      m.adamw = o;
+      m.momentum = c.get_float("optim.muon_momentum");
+      m.ns_steps = c.get_int("optim.muon_ns_steps");
+      m.ns_bf16 = c.get_string("optim.muon_precision") == "bf16";
+      return make_muon(muon_params(module, c.get_bool("optim.muon_split_qkv")), m);
+    }
     if (group && c.get_bool("dist.shard_optimizer"))
       return dist::make_zero_adamw(std::move(params), o, *group, static_cast<int64_t>(c.get_float("dist.bucket_mb") * 1048576.0));
     return make_adamw(std::move(params), o);
@@ -233,7 +257,7 @@ Session build_session(const Config& c, bool with_data, bool load_init_from, dist
   // The optimizer's state is allocated beside the parameters, so the model moves first.
   s.device = run_device(c);
   if (!s.device.is_cpu()) s.module->to(s.device);
-  s.optimizer = build_optimizer(c, s.module->parameters(), group);
+  s.optimizer = build_optimizer(c, *s.module, group);
   if (with_data && group) {
     auto shard = std::make_unique<dist::ShardedData>(std::move(s.data), group->rank(), group->world_size());
     s.shard = shard.get();

@@ -45,25 +45,23 @@ class AdamW final : public SingleRateOptimizer {
       : SingleRateOptimizer(o.lr), params_(std::move(params)), o_(o) {
     torch::NoGradGuard no_grad;
     for (const auto& p : params_) {
-      m_.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
-      v_.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
+      s_.m.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
+      s_.v.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
     }
   }
 
   void step() override {
     torch::NoGradGuard no_grad;
-    ++t_;
-    const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
-    const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
+    ++s_.t;
+    const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(s_.t));
+    const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(s_.t));
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
       const auto& g = p.grad();
       if (!g.defined()) continue;
       const bool decay = !o_.decay_matrices_only || p.dim() >= 2;
       const AdamWScalars k{lr_, o_.beta1, o_.beta2, o_.eps, decay ? o_.weight_decay : 0.0, bc1, bc2};
-      const bool layout_ok = p.is_contiguous() && g.is_contiguous() &&
-                             g.scalar_type() == p.scalar_type() && g.device() == p.device();
-      kAdamW(kernel_path(p, layout_ok), p, g, m_[i], v_[i], k);
+      adamw_update(p, g, s_.m[i], s_.v[i], k);
     }
   }
 
@@ -74,48 +72,26 @@ class AdamW final : public SingleRateOptimizer {
   const std::vector<at::Tensor>& parameters() const override { return params_; }
   std::string name() const override { return "adamw"; }
 
-  int64_t state_bytes() const override {
-    int64_t b = 0;
-    for (size_t i = 0; i < m_.size(); ++i) b += m_[i].nbytes() + v_[i].nbytes();
-    return b;
-  }
+  int64_t state_bytes() const override { return s_.bytes(); }
 
-  void save(torch::serialize::OutputArchive& a) const override {
-    a.write("kind", torch::tensor(1));  // 1 = adamw, checked on load
-    a.write("t", torch::tensor(t_));
-    write_tensor_list(a, "m", m_);
-    write_tensor_list(a, "v", v_);
-  }
+  void save(torch::serialize::OutputArchive& a) const override { s_.save(a, 1); }  // 1 = adamw
+  void load(torch::serialize::InputArchive& a) override { s_.load(a, 1, "adamw"); }
   bool can_change_state(StateChange) const override { return true; }
-  void change_state(StateChange change, double factor) override {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < m_.size(); ++i) {
-      if (change == StateChange::Reset) {
-        m_[i].zero_();
-        v_[i].zero_();
-      } else {
-        m_[i].mul_(factor);
-      }
-    }
-    if (change == StateChange::Reset) t_ = 0;
-  }
-
-  void load(torch::serialize::InputArchive& a) override {
-    expect_kind(a, 1, "adamw");
-    at::Tensor t;
-    a.read("t", t);
-    t_ = t.item<int64_t>();
-    read_tensor_list_into(a, "m", m_);
-    read_tensor_list_into(a, "v", v_);
-  }
+  void change_state(StateChange change, double factor) override { s_.change(change, factor); }
 
  private:
-  std::vector<at::Tensor> params_, m_, v_;
+  std::vector<at::Tensor> params_;
+  AdamMoments s_;
   AdamWOptions o_;
-  int64_t t_ = 0;
 };
 
 }  // namespace
+
+void adamw_update(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, const AdamWScalars& k) {
+  const bool layout_ok = p.is_contiguous() && g.is_contiguous() && g.scalar_type() == p.scalar_type() &&
+                         g.device() == p.device();
+  kAdamW(kernel_path(p, layout_ok), p, g, m, v, k);
+}
 
 void adamw_f32_range(float* pw, const float* gw, float* mw, float* vw, int64_t n, const AdamWScalars& k) {
   const float b1 = static_cast<float>(k.beta1), b2 = static_cast<float>(k.beta2);

@@ -14,4 +14,8 @@ struct AdamWScalars {
 // depends only on n and the thread count.
 void adamw_f32_range(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& k);
 
+// One AdamW step of one tensor in place: the fused loop where the layout allows, ATen ops otherwise
+// (AdamW's and Muon's non-matrix parameters).
+void adamw_update(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, const AdamWScalars& k);
+
 }  // namespace ht

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "hybrid/core/optimizer.h"
+
 namespace ht {
 
 inline void write_tensor_list(torch::serialize::OutputArchive& a, const std::string& key,
@@ -41,6 +43,7 @@ inline std::string optimizer_kind_name(int64_t kind) {
   switch (kind) {
     case 1: return "adamw";
     case 2: return "sgd";
+    case 4: return "muon";
     case 8: return "adamw8bit";
     default: return "an unknown optimizer (tag " + std::to_string(kind) + ")";
   }
@@ -56,5 +59,46 @@ inline void expect_kind(torch::serialize::InputArchive& a, int64_t kind, const c
                              " state, this run uses " + name +
                              ": resume with the optimizer it was trained with");
 }
+
+// Adam-style state - a step count and first and second moments - as AdamW and Muon keep it (Muon's
+// second moments are empty for the matrices it orthogonalizes).
+struct AdamMoments {
+  int64_t t = 0;
+  std::vector<at::Tensor> m, v;
+
+  void save(torch::serialize::OutputArchive& a, int64_t kind) const {
+    a.write("kind", torch::tensor(kind));
+    a.write("t", torch::tensor(t));
+    write_tensor_list(a, "m", m);
+    write_tensor_list(a, "v", v);
+  }
+  void load(torch::serialize::InputArchive& a, int64_t kind, const char* name) {
+    expect_kind(a, kind, name);
+    at::Tensor step;
+    a.read("t", step);
+    t = step.item<int64_t>();
+    read_tensor_list_into(a, "m", m);
+    read_tensor_list_into(a, "v", v);
+  }
+  // Optimizer::change_state: Reset zeroes everything (bias correction starts over), ScaleMomentum
+  // scales the first moments only.
+  void change(Optimizer::StateChange change, double factor) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (change == Optimizer::StateChange::Reset) {
+        m[i].zero_();
+        v[i].zero_();
+      } else {
+        m[i].mul_(factor);
+      }
+    }
+    if (change == Optimizer::StateChange::Reset) t = 0;
+  }
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (size_t i = 0; i < m.size(); ++i) b += m[i].nbytes() + v[i].nbytes();
+    return b;
+  }
+};
 
 }  // namespace ht

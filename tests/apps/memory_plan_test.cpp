@@ -174,6 +174,12 @@ INSTANTIATE_TEST_SUITE_P(
                  {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=nowcast",
                   "nowcast.model=nino", "nowcast.period=5"},
                  5, 0.20},
+        // Muon: one momentum buffer for the weights (AdamW's m and v for the biases), and its
+        // step's own peak (the largest matrix's orthogonalization) above this MLP's backward.
+        PlanCase{"MlpMuon",
+                 {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "optim.name=muon"},
+                 2, 0.02},
+        PlanCase{"TinyGptMuon", tiny({"optim.name=muon"})},
         // SNOO's momentum buffer is 7 % of this peak, like the average above.
         PlanCase{"MlpSnoo",
                  {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "run.mode=lookahead",

@@ -17,6 +17,7 @@ enum class OptimizerKind {
   AdamW8bit,    // block-wise 8-bit m and v: ~2.03 B/param (small tensors stay fp32)
   Sgd,          // no state
   SgdMomentum,  // one fp32 momentum buffer: 4 B/param
+  Muon,         // fp32 momentum for the weight matrices (4 B/param), AdamW's m and v for the rest
 };
 enum class TrainMode { Plain, Hybrid, Lookahead, Nowcast };
 
