@@ -17,9 +17,9 @@ struct MuonOptions {
   AdamWOptions adamw;
   double momentum = 0.95;  // Nesterov momentum of the matrices' gradients
   int64_t ns_steps = 5;    // Newton-Schulz iterations of the orthogonalization
-  // The iterations' matmuls in bf16 (Jordan's reference does so): 1.4-3x faster on a CPU with
-  // AVX512-BF16 (128-wide matrices 1.4x, 256-wide 3x), the result within ~8 % of fp32's (relative norm).
-  // Slow where the CPU has no bf16 arithmetic (AVX2 only): fp32 there.
+  // The iterations' matmuls in bf16 (Jordan's reference does so): on an AVX512-BF16 EPYC the tiny
+  // GPT's step costs 1.17x AdamW's instead of 1.31x (BENCHMARKS.md 9); the result is within ~8 % of
+  // fp32's (relative norm, tested). Slow where the CPU has no bf16 arithmetic (AVX2 only).
   bool ns_bf16 = false;
 };
 
