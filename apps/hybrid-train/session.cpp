@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -82,21 +84,26 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   }
 }
 
-// Muon's split: every matrix and conv kernel is orthogonalized except the embeddings (a lookup
-// table's rows are not a linear map's; the tied GPT head reads wte too), which take AdamW's step.
-std::vector<MuonParam> muon_params(const torch::nn::Module& module, bool split_qkv) {
+// Muon's split: every matrix and conv kernel is orthogonalized except the model's lookup tables,
+// which take AdamW's step; a fused weight is orthogonalized per column block when split_fused.
+std::vector<MuonParam> muon_params(const torch::nn::Module& module, const MuonLayout& layout, bool split_fused) {
+  std::map<std::string, int64_t> blocks;  // name -> column blocks (1: orthogonalized whole, 0: AdamW)
+  for (const auto& name : layout.lookup_tables) blocks[name] = 0;
+  for (const auto& fused : layout.fused) blocks[fused.name] = split_fused ? fused.blocks : 1;
   std::vector<MuonParam> out;
   for (const auto& item : module.named_parameters()) {
-    const std::string& name = item.key();
-    const bool embedding = name.find("wte") != std::string::npos || name.find("wpe") != std::string::npos ||
-                           name.find("embed") != std::string::npos;
-    const bool fused_qkv = split_qkv && name.size() >= 13 && name.compare(name.size() - 13, 13, "c_attn.weight") == 0;
-    out.push_back({item.value(), item.value().dim() >= 2 && !embedding, fused_qkv ? 3 : 1});
+    auto it = blocks.find(item.key());
+    const int64_t b = it == blocks.end() ? 1 : it->second;
+    if (it != blocks.end()) blocks.erase(it);
+    out.push_back({item.value(), item.value().dim() >= 2 && b > 0, std::max<int64_t>(b, 1)});
   }
+  if (!blocks.empty())  // the model's entry and its parameter names disagree: a bug, not bad input
+    throw std::logic_error("muon_params: the model's MuonLayout names '" + blocks.begin()->first +
+                           "', which the module does not have");
   return out;
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const Config& c, const torch::nn::Module& module,
+std::unique_ptr<Optimizer> build_optimizer(const Config& c, const torch::nn::Module& module, const MuonLayout& muon,
                                            dist::ProcessGroup* group) {
   std::vector<at::Tensor> params = module.parameters();
   const std::string name = c.get_string("optim.name");
@@ -124,7 +131,7 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, const torch::nn::Mod
       m.momentum = c.get_float("optim.muon_momentum");
       m.ns_steps = c.get_int("optim.muon_ns_steps");
       m.ns_bf16 = c.get_string("optim.muon_precision") == "bf16";
-      return make_muon(muon_params(module, c.get_bool("optim.muon_split_qkv")), m);
+      return make_muon(muon_params(module, muon, c.get_bool("optim.muon_split_qkv")), m);
     }
     if (group && c.get_bool("dist.shard_optimizer"))
       return dist::make_zero_adamw(std::move(params), o, *group, static_cast<int64_t>(c.get_float("dist.bucket_mb") * 1048576.0));
@@ -257,7 +264,7 @@ Session build_session(const Config& c, bool with_data, bool load_init_from, dist
   // The optimizer's state is allocated beside the parameters, so the model moves first.
   s.device = run_device(c);
   if (!s.device.is_cpu()) s.module->to(s.device);
-  s.optimizer = build_optimizer(c, *s.module, group);
+  s.optimizer = build_optimizer(c, *s.module, built.muon, group);
   if (with_data && group) {
     auto shard = std::make_unique<dist::ShardedData>(std::move(s.data), group->rank(), group->world_size());
     s.shard = shard.get();

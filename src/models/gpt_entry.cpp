@@ -135,8 +135,12 @@ ModelSpec gpt_model_spec() {
     b.set_recompute = [raw](RecomputeLevel level, int64_t every) { set_gpt_recompute(*raw, level, every); };
     b.architecture = "gpt2";
     b.n_head = g.n_head;
-    for (int64_t i = 0; i < g.n_layer; ++i)  // c_attn.weight [C, 3C]: columns q | k | v
-      b.attention_map_slices.push_back({"h." + std::to_string(i) + ".attn.c_attn.weight", 1, 0, 2 * g.n_embd});
+    b.muon.lookup_tables = {"wte.weight", "wpe.weight"};
+    for (int64_t i = 0; i < g.n_layer; ++i) {  // c_attn.weight [C, 3C]: columns q | k | v
+      const std::string c_attn = "h." + std::to_string(i) + ".attn.c_attn.weight";
+      b.attention_map_slices.push_back({c_attn, 1, 0, 2 * g.n_embd});
+      b.muon.fused.push_back({c_attn, 3});
+    }
     return b;
   };
   s.estimate = [](const ModelSettings& settings, const TrainShape& shape, const MemoryLevers& levers) {

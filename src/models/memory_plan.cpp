@@ -23,12 +23,23 @@ constexpr int64_t kMinQuantized = 4096;
 
 int64_t blk(int64_t bytes) { return allocator_block_bytes(bytes); }
 
-// A parameter as Muon sees it (session.cpp's muon_params): a weight matrix [rows, cols]
-// orthogonalized in `blocks` column blocks, or rows == 0 for the rest (embeddings, biases, norms).
-struct MuonShape {
+// A parameter as the planner counts it: its elements and, for Muon (session.cpp's muon_params),
+// the weight matrix [rows, cols] it orthogonalizes in `blocks` column blocks; rows == 0 for the
+// parameters that take AdamW's step (lookup tables, biases, norms).
+struct PlannedParam {
+  int64_t numel = 0;
   int64_t rows = 0, cols = 0, blocks = 1;
   bool matrix() const { return rows > 0; }
 };
+
+PlannedParam vector_param(int64_t numel) { return {numel}; }
+PlannedParam matrix_param(int64_t rows, int64_t cols, int64_t blocks = 1) { return {rows * cols, rows, cols, blocks}; }
+
+std::vector<int64_t> numels_of(const std::vector<PlannedParam>& params) {
+  std::vector<int64_t> n;
+  for (const auto& p : params) n.push_back(p.numel);
+  return n;
+}
 
 // Bytes of optimizer state for one parameter of n elements.
 int64_t optimizer_bytes(OptimizerKind kind, int64_t n, bool matrix) {
@@ -48,13 +59,12 @@ int64_t optimizer_bytes(OptimizerKind kind, int64_t n, bool matrix) {
   return 0;
 }
 
-// Fills params, grads, optimizer state and mode state from the parameter sizes (in elements).
 // The most Muon's step allocates at once (muon.cpp): the Nesterov momentum and the update of the
 // largest matrix, and inside one block's orthogonalization its normalized copy, the next iterate
 // and the two [r, r] Gram products (fp32; the bf16 iterations need less).
-int64_t muon_step_bytes(const std::vector<MuonShape>& shapes) {
+int64_t muon_step_bytes(const std::vector<PlannedParam>& params) {
   int64_t most = 0;
-  for (const auto& m : shapes) {
+  for (const auto& m : params) {
     if (!m.matrix()) continue;
     const int64_t cols = m.cols / m.blocks, r = std::min(m.rows, cols);
     most = std::max(most, 2 * blk(m.rows * m.cols * kF32) + 2 * blk(m.rows * cols * kF32) + 2 * blk(r * r * kF32));
@@ -64,22 +74,22 @@ int64_t muon_step_bytes(const std::vector<MuonShape>& shapes) {
 
 // Muon's step runs after backward, activations freed, gradients kept: a peak of its own when the
 // model's activations are small beside its largest matrix (an MLP on small batches).
-void consider_muon_step(MemoryEstimate& e, const std::vector<MuonShape>& shapes, const MemoryLevers& levers) {
+void consider_muon_step(MemoryEstimate& e, const std::vector<PlannedParam>& params, const MemoryLevers& levers) {
   if (levers.optimizer != OptimizerKind::Muon) return;
-  const int64_t p = e.resident() + muon_step_bytes(shapes);
+  const int64_t p = e.resident() + muon_step_bytes(params);
   if (p > e.peak) {
     e.peak = p;
     e.peak_at = "Muon's optimizer step";
   }
 }
 
-// `shapes[i]`: parameter i as Muon sees it.
-void account_parameters(const std::vector<int64_t>& numels, const std::vector<MuonShape>& shapes,
-                        const MemoryLevers& levers, MemoryEstimate& e) {
+// Fills params, grads, optimizer state and mode state from the model's parameters.
+void account_parameters(const std::vector<PlannedParam>& params, const MemoryLevers& levers, MemoryEstimate& e) {
+  const std::vector<int64_t> numels = numels_of(params);
   int64_t copy = 0;  // one fp32 copy of every parameter, as the allocator counts it
-  for (size_t i = 0; i < numels.size(); ++i) {
-    copy += blk(numels[i] * kF32);
-    e.optimizer_state += optimizer_bytes(levers.optimizer, numels[i], shapes.at(i).matrix());
+  for (const auto& p : params) {
+    copy += blk(p.numel * kF32);
+    e.optimizer_state += optimizer_bytes(levers.optimizer, p.numel, p.matrix());
   }
   e.params = copy;
   e.grads = copy;  // zero_grad() zeroes in place: from the first backward on, grads stay
@@ -134,29 +144,20 @@ int64_t nowcast_jump(const std::vector<int64_t>& numels, const MemoryLevers& lev
   return levers.mode == TrainMode::Nowcast && levers.nowcast_jump_bytes ? levers.nowcast_jump_bytes(numels) : 0;
 }
 
-std::vector<int64_t> gpt_parameter_numels(const GPTConfig& g) {
+// GPT's parameters in named_parameters() order: wte, wpe (lookup tables), per block ln_1,
+// c_attn (Conv1D [in, out], q | k | v thirds), c_proj, ln_2, c_fc, c_proj (weights, biases), ln_f.
+std::vector<PlannedParam> gpt_parameters(const GPTConfig& g) {
   const int64_t C = g.n_embd;
-  std::vector<int64_t> n = {g.vocab_size * C, g.block_size * C};  // wte, wpe
+  std::vector<PlannedParam> p = {vector_param(g.vocab_size * C), vector_param(g.block_size * C)};
   for (int64_t l = 0; l < g.n_layer; ++l) {
-    for (int64_t k : {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C, 4 * C * C, C})
-      n.push_back(k);
+    for (const PlannedParam& k : {vector_param(C), vector_param(C), matrix_param(C, 3 * C, 3), vector_param(3 * C),
+                                  matrix_param(C, C), vector_param(C), vector_param(C), vector_param(C),
+                                  matrix_param(C, 4 * C), vector_param(4 * C), matrix_param(4 * C, C), vector_param(C)})
+      p.push_back(k);
   }
-  n.push_back(C);  // ln_f
-  n.push_back(C);
-  return n;
-}
-
-// gpt_parameter_numels' order as Muon sees it: the blocks' weight matrices (Conv1D [in, out];
-// c_attn in its q, k, v thirds), not wte, wpe, biases or norms.
-std::vector<MuonShape> gpt_muon_shapes(const GPTConfig& g) {
-  const int64_t C = g.n_embd;
-  const MuonShape none, attn{C, 3 * C, 3}, proj{C, C, 1}, fc{C, 4 * C, 1}, fc_proj{4 * C, C, 1};
-  std::vector<MuonShape> m = {none, none};
-  for (int64_t l = 0; l < g.n_layer; ++l)
-    for (const MuonShape& k : {none, none, attn, none, proj, none, none, none, fc, none, fc_proj, none}) m.push_back(k);
-  m.push_back(none);
-  m.push_back(none);
-  return m;
+  p.push_back(vector_param(C));  // ln_f
+  p.push_back(vector_param(C));
+  return p;
 }
 
 // Tensor sizes of one GPT block for a micro-batch of N = B*T rows; each value is what the
@@ -243,8 +244,8 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   if (levers.recompute_every < 1)
     throw std::invalid_argument("estimate_gpt_memory: recompute_every must be >= 1");
   MemoryEstimate e;
-  const std::vector<MuonShape> muon_shapes = gpt_muon_shapes(g);
-  account_parameters(gpt_parameter_numels(g), muon_shapes, levers, e);
+  const std::vector<PlannedParam> params = gpt_parameters(g);
+  account_parameters(params, levers, e);
   // The naive core keeps an additive causal mask [block_size, block_size] (attention_core.cpp).
   if (levers.attention == AttentionKind::Naive) e.params += blk(g.block_size * g.block_size * kF32);
   const bool bf16 = levers.precision == Precision::BF16;
@@ -357,7 +358,7 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
   } else if (levers.mode == TrainMode::Nowcast) {
     // A jump: the probe (kept through it) and either its forward or the nowcaster's workspace.
     e.predict_peak = resident + 2 * blk(probe_rows * T * kI64) +
-                     std::max(nograd_temporaries(probe_rows), nowcast_jump(gpt_parameter_numels(g), levers));
+                     std::max(nograd_temporaries(probe_rows), nowcast_jump(numels_of(params), levers));
   } else {
     e.predict_peak = resident + batch + nograd_temporaries(Bm);
   }
@@ -365,7 +366,7 @@ MemoryEstimate estimate_gpt_memory(const GPTConfig& g, const TrainShape& shape,
     e.peak = e.predict_peak;
     e.peak_at = levers.mode == TrainMode::Nowcast ? "a nowcast jump" : "forward without grad";
   }
-  consider_muon_step(e, muon_shapes, levers);
+  consider_muon_step(e, params, levers);
   return e;
 }
 
@@ -379,17 +380,15 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   const int64_t images = blk(B * 28 * 28 * kF32) + blk(B * kI64);  // the data batch
   MemoryEstimate e;
   int64_t saved = 0, back = 0;
-  std::vector<int64_t> numels;  // parameter sizes
-  std::vector<MuonShape> shapes;  // as Muon sees them: weights, not biases
+  std::vector<PlannedParam> params;
   if (kind == "mlp") {
     // 784-512-256-10: Linear saves its input, ReLU its output; cross entropy its log-softmax.
     const std::vector<int64_t> w = {784, 512, 256, 10};
     for (size_t i = 0; i + 1 < w.size(); ++i) {
-      numels.push_back(w[i] * w[i + 1]);
-      numels.push_back(w[i + 1]);
-      shapes.insert(shapes.end(), {MuonShape{w[i + 1], w[i], 1}, MuonShape{}});  // Linear [out, in]
+      params.push_back(matrix_param(w[i + 1], w[i]));  // Linear [out, in]
+      params.push_back(vector_param(w[i + 1]));
     }
-    account_parameters(numels, shapes, levers, e);
+    account_parameters(params, levers, e);
     auto act = [&](int64_t width) { return blk(Bm * width * kF32); };
     for (size_t i = 1; i + 1 < w.size(); ++i) saved += act(w[i]);  // ReLU outputs
     saved += 2 * act(w.back());                                     // logits, log-softmax
@@ -405,9 +404,9 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
   } else if (kind == "cnn") {
     // conv3x3(1->16)+ReLU+pool2, conv3x3(16->32)+ReLU+pool2, fc(32*7*7 -> 10). ReLU saves its
     // output (also max-pool's input), max-pool its int64 argmax, conv2 and fc their inputs.
-    numels = {16 * 9, 16, 32 * 16 * 9, 32, 10 * 32 * 7 * 7, 10};
-    shapes = {{16, 9, 1}, {}, {32, 16 * 9, 1}, {}, {10, 32 * 7 * 7, 1}, {}};  // kernels as [out, in*kh*kw]
-    account_parameters(numels, shapes, levers, e);
+    params = {matrix_param(16, 9), vector_param(16), matrix_param(32, 16 * 9), vector_param(32),  // kernels as
+              matrix_param(10, 32 * 7 * 7), vector_param(10)};                                  // [out, in*kh*kw]
+    account_parameters(params, levers, e);
     const int64_t r1 = blk(Bm * 16 * 28 * 28 * kF32), p1 = blk(Bm * 16 * 14 * 14 * kF32);
     const int64_t r2 = blk(Bm * 32 * 14 * 14 * kF32), p2 = blk(Bm * 32 * 7 * 7 * kF32);
     const int64_t i1 = blk(Bm * 16 * 14 * 14 * kI64), i2 = blk(Bm * 32 * 7 * 7 * kI64);
@@ -431,7 +430,7 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
     e.predict_peak = e.resident() - (levers.ranks > 1 ? 0 : e.grads) + levers.probe_batches * saved;
   } else if (levers.mode == TrainMode::Nowcast) {
     e.predict_peak = e.resident() + levers.probe_batches * images +
-                     std::max(levers.probe_batches * saved, nowcast_jump(numels, levers));
+                     std::max(levers.probe_batches * saved, nowcast_jump(numels_of(params), levers));
   } else {
     e.predict_peak = e.resident() + images + saved;
   }
@@ -440,7 +439,7 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
     e.peak = e.predict_peak;
     e.peak_at = "a nowcast jump";
   }
-  consider_muon_step(e, shapes, levers);
+  consider_muon_step(e, params, levers);
   return e;
 }
 

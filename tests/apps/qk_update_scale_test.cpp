@@ -7,30 +7,10 @@
 #include "hybrid/core/trainer.h"
 #include "hybrid-train/config.h"
 #include "hybrid-train/session.h"
+#include "support/fixed_tokens.h"
 
 namespace ht {
 namespace {
-
-class FixedTokens : public DataSource {  // the same batch every step, for two runs to compare
- public:
-  FixedTokens() {
-    torch::manual_seed(5);
-    tokens_ = torch::randint(256, {4, 65});
-  }
-  Batch next_train_batch() override {
-    ++cursor_.position;
-    return {tokens_.narrow(1, 0, 64), tokens_.narrow(1, 1, 64)};
-  }
-  DataCursor cursor() const override { return cursor_; }
-  void restore(const DataCursor& c) override { cursor_ = c; }
-  int64_t num_val_batches() const override { return 0; }
-  Batch val_batch(int64_t) const override { return {}; }
-  int64_t items_per_batch() const override { return 4 * 64; }
-
- private:
-  at::Tensor tokens_;
-  DataCursor cursor_;
-};
 
 cli::Config gpt_config(const std::string& scale) {
   cli::Config c;
@@ -44,7 +24,7 @@ cli::Config gpt_config(const std::string& scale) {
 // The weights after one step of a fresh session (seeded by run.seed) with its callbacks.
 torch::OrderedDict<std::string, at::Tensor> one_step(const cli::Config& c) {
   cli::Session s = cli::build_session(c, /*with_data=*/false);
-  FixedTokens data;
+  testing::FixedTokens data;
   TrainerOptions o = cli::trainer_options(c);
   o.max_steps = 1;
   Trainer trainer(*s.objective, *s.optimizer, data, o);

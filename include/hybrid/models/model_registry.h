@@ -58,6 +58,21 @@ struct NamedSlice {
   int64_t dim = 0, begin = 0, end = 0;
 };
 
+// A weight that fuses several linear maps side by side along its columns (GPT-2: c_attn.weight
+// [C, 3C] is q | k | v), so that Muon orthogonalizes each map on its own.
+struct FusedColumns {
+  std::string name;
+  int64_t blocks = 1;
+};
+
+// What Muon (kernels/muon.h) needs to know beyond "every matrix and conv kernel is a linear map".
+struct MuonLayout {
+  // Lookup tables (GPT: wte, whose rows the tied head also reads, and wpe): their rows are not a
+  // linear map's, so they take AdamW's step.
+  std::vector<std::string> lookup_tables;
+  std::vector<FusedColumns> fused;
+};
+
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;
   std::unique_ptr<Objective> objective;
@@ -72,6 +87,7 @@ struct BuiltModel {
   // The weights that make the attention maps (GPT: the query and key columns of each block's
   // c_attn.weight), whose step optim.qk_update_scale scales. Empty: the model has no attention.
   std::vector<NamedSlice> attention_map_slices;
+  MuonLayout muon;
 };
 
 struct ModelSpec {
