@@ -10,3 +10,6 @@ common="--tasks fm16 --fm16-steps 10000 --protocol nino --eval-points 40 --seeds
 ( $B --out /work/runs/s6/G_seed$s $common --modes plain plain@optim.name=muon@optim.lr=0.003 plain@optim.name=muon@optim.lr=0.012 > G_seed$s.log 2>&1 ) &
 wait
 done
+# Seeds 2-3 (2026-12-07, hybrid_bench built at aa4e612), beside muon_constant_alone/:
+# for s in 2 3; do $B --out F_seed$s --tasks fm16 --fm16-steps 10000 --protocol nino --eval-points 40 --seeds 1 --threads 1 \
+#   --target best80 --first-seed $s --set data.probe_fraction=0.035 --modes plain $S plain@optim.name=muon; done
