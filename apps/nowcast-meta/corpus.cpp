@@ -44,8 +44,8 @@ std::string CorpusTask::describe() const {
                       : family == "cnn" || family == "fm16"      ? "channels " + join(widths, "/")
                                                                  : fmt::format("{} x {}, {} heads, context {}", widths[0],
                                                                                widths[1], widths[2], context);
-  return fmt::format("{} {}, batch {}, AdamW lr {:.2e} beta2 {} wd {}, {}, seed {}, {} steps, a state every {}", family,
-                     shape, batch, lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
+  return fmt::format("{} {}, batch {}, {} lr {:.2e} beta2 {} wd {}, {}, seed {}, {} steps, a state every {}", family,
+                     shape, batch, optimizer == "muon" ? "Muon (bf16)" : "AdamW", lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
                      interval);
 }
 
@@ -80,6 +80,12 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
   if (scale.families.empty()) throw OptionsError("corpus families: name at least one of mlp, cnn, gpt");
   if (scale.gpt_size != "small" && scale.gpt_size != "medium")
     throw OptionsError("corpus GPT size \"" + scale.gpt_size + "\": must be small or medium");
+  if (scale.optimizer != "adamw" && scale.optimizer != "muon")
+    throw OptionsError("corpus optimizer \"" + scale.optimizer + "\": must be adamw or muon");
+  if (scale.optimizer == "muon")
+    for (const auto& f : scale.families)
+      if (f != "gpt")
+        throw OptionsError("corpus family \"" + f + "\" with --optimizer muon: Muon runs are GPTs only (--families gpt)");
   const bool medium = scale.gpt_size == "medium";
   std::mt19937_64 rng(scale.seed);
   // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32), 4 x 128 or 6 x 256 GPT.
@@ -94,6 +100,7 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
     t.family = scale.families[r % scale.families.size()];
     t.seed = 100 + r;
     t.states = scale.states;
+    t.optimizer = scale.optimizer;
     t.cosine = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
     std::vector<int64_t> intervals;
     if (t.family == "mlp") {
@@ -148,6 +155,10 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
   set(fmt::format("optim.lr={}", t.lr));
   set(fmt::format("optim.beta2={}", t.beta2));
   set(fmt::format("optim.weight_decay={}", t.weight_decay));
+  if (t.optimizer == "muon") {
+    set("optim.name=muon");
+    set("optim.muon_precision=bf16");
+  }
   set("train.steps=" + std::to_string(t.steps()));
   if (t.cosine) {
     set("schedule.kind=cosine");
@@ -181,6 +192,8 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
   auto run = std::make_unique<TaskRun>();
   run->session = cli::build_session(c, true);
   if (!session_model) {
+    if (t.optimizer != "adamw")  // corpus_tasks refuses it first; this guards other callers
+      throw OptionsError("corpus task \"" + t.family + "\": only AdamW (Muon runs are GPTs or benchmark tasks)");
     if (t.family == "mlp") {
       MLPConfig m;
       m.hidden = t.widths;

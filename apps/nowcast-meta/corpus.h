@@ -20,6 +20,7 @@ struct CorpusTask {
   double beta2 = 0.999;
   double weight_decay = 0.0;
   bool cosine = false;           // warmup (5 % of the run) + cosine, else constant
+  std::string optimizer = "adamw";  // or "muon" (bf16 iterations; GPTs and the benchmark tasks only)
   int64_t seed = 1;
   int64_t interval = 100;        // steps between recorded states
   int64_t states = 60;           // recorded states (after interval, 2 x interval, ... steps)
@@ -43,6 +44,9 @@ struct CorpusScale {
   int64_t max_scalars = 1024; // recorded scalars per tensor
   double interval_scale = 1.0;  // multiplies each family's intervals (quick presets: < 1)
   uint64_t seed = 2024;
+  // "adamw", or "muon": the trajectories of Muon (bf16 iterations, the benchmarks' setting), which
+  // orthogonalizes the matrices' steps - GPT families only (the MLP/CNN runs build their own AdamW).
+  std::string optimizer = "adamw";
 };
 
 // The runs of a corpus: shapes, rates, schedules and seeds drawn (seeded) from lists that leave

@@ -331,8 +331,11 @@ int scan(ScanArgs a) {
   if (a.task.empty()) {
     tasks = ht::meta::corpus_tasks(a.scale);
   } else {
+    if (a.scale.optimizer != "adamw" && a.scale.optimizer != "muon")
+      throw ht::OptionsError("scan: --optimizer \"" + a.scale.optimizer + "\": must be adamw or muon");
     for (int64_t r = 0; r < a.scale.runs; ++r) {
       tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states));
+      tasks.back().optimizer = a.scale.optimizer;
       tasks.back().interval = std::max<int64_t>(1, std::llround(tasks.back().interval * a.scale.interval_scale));
     }
   }
@@ -394,6 +397,7 @@ void add_drawn_run_options(CLI::App* cmd, ht::meta::CorpusScale& s, const std::s
   cmd->add_option("--states", s.states, "recorded states per run (default 12)");
   cmd->add_option("--interval-scale", s.interval_scale, "multiplies the recording intervals");
   cmd->add_option("--corpus-seed", s.seed, "seed of the drawn runs (default " + seed_default + ")");
+  cmd->add_option("--optimizer", s.optimizer, "adamw (default) or muon: the runs' optimizer (muon: GPTs only)");
 }
 
 }  // namespace
@@ -417,6 +421,8 @@ int main(int argc, char** argv) {
   build_cmd->add_option("--max-scalars", b.scale.max_scalars, "recorded scalars per tensor");
   build_cmd->add_option("--interval-scale", b.scale.interval_scale, "multiplies the recording intervals");
   build_cmd->add_option("--corpus-seed", b.scale.seed, "seed of the drawn runs");
+  build_cmd->add_option("--optimizer", b.scale.optimizer,
+                        "adamw (default) or muon: the corpus runs' optimizer (muon: --families gpt only)");
   build_cmd->add_option("--steps", b.train.steps, "meta-training steps");
   build_cmd->add_option("--windows", b.train.windows, "windows per meta batch");
   build_cmd->add_option("--scalars", b.train.scalars, "scalars per window");
