@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~44 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~46 h here)
 #        bash bench/record_v2.sh --list        (the parts, one per line)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
@@ -210,6 +210,11 @@ run_part() {
     gpt_nino_muon) part gpt_nino_muon "NiNo protocol, Muon against plain AdamW and the warmup control" $gpt_seeds \
                      --tasks gpt --protocol nino --gpt-steps $gpt_steps --eval-points $(evals 30) \
                      --modes plain plain@schedule.warmup_steps=300@train.average_decay=0.99 $muon@train.average_decay=0.99 ;;
+    # The 6 x 256 GPT at NiNo's constant 3e-3 with Muon and the weight average, beside plain AdamW
+    # and the warmup control (as gpt_nino_muon; measured on seeds 1 and 3, BENCHMARKS.md 9).
+    gptwide_nino_muon) part gptwide_nino_muon "NiNo protocol, Muon against plain AdamW and the warmup control" $seeds \
+                         --tasks gpt-wide --protocol nino --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
+                         --modes plain $muon@train.average_decay=0.99 plain@schedule.warmup_steps=300@train.average_decay=0.99 ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
@@ -217,7 +222,7 @@ run_part() {
 all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino
            fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
            fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned gptwide_cosine
-           mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon)
+           mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon)
 # --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
 if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")
