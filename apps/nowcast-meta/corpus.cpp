@@ -44,8 +44,9 @@ std::string CorpusTask::describe() const {
                       : family == "cnn" || family == "fm16"      ? "channels " + join(widths, "/")
                                                                  : fmt::format("{} x {}, {} heads, context {}", widths[0],
                                                                                widths[1], widths[2], context);
+  const char* optim = optimizer == "muon" ? "Muon (bf16)" : "AdamW";
   return fmt::format("{} {}, batch {}, {} lr {:.2e} beta2 {} wd {}, {}, seed {}, {} steps, a state every {}", family,
-                     shape, batch, optimizer == "muon" ? "Muon (bf16)" : "AdamW", lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
+                     shape, batch, optim, lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
                      interval);
 }
 
