@@ -37,6 +37,12 @@ std::string join(const std::vector<int64_t>& v, const char* sep) {
   return s;
 }
 
+// The optimizers a corpus or scanned run may train with (open_task's config keys follow from it).
+void check_optimizer(const std::string& optimizer) {
+  if (optimizer != "adamw" && optimizer != "muon")
+    throw OptionsError("optimizer \"" + optimizer + "\": must be adamw or muon (--optimizer)");
+}
+
 }  // namespace
 
 std::string CorpusTask::describe() const {
@@ -50,9 +56,11 @@ std::string CorpusTask::describe() const {
                      interval);
 }
 
-CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states) {
+CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer) {
+  check_optimizer(optimizer);
   CorpusTask t;
   t.family = name;
+  t.optimizer = optimizer;
   t.seed = seed;
   t.states = states;
   t.interval = 200;
@@ -81,8 +89,7 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
   if (scale.families.empty()) throw OptionsError("corpus families: name at least one of mlp, cnn, gpt");
   if (scale.gpt_size != "small" && scale.gpt_size != "medium")
     throw OptionsError("corpus GPT size \"" + scale.gpt_size + "\": must be small or medium");
-  if (scale.optimizer != "adamw" && scale.optimizer != "muon")
-    throw OptionsError("corpus optimizer \"" + scale.optimizer + "\": must be adamw or muon");
+  check_optimizer(scale.optimizer);
   if (scale.optimizer == "muon")
     for (const auto& f : scale.families)
       if (f != "gpt")

@@ -31,8 +31,9 @@ struct CorpusTask {
 // A benchmark task of record under NiNo's protocol (constant AdamW rate), for `scan` to measure
 // what jumps are worth there - never for a corpus: "fm16" (NiNo's FM-16: 16/32/32 CNN, batch 128,
 // 6e-3, no weight decay) or "gpt-tiny-kjv" (4 x 128 GPT on KJV, batch 16, context 128, 3e-3).
-// A state every 200 steps (the benchmarks' period of 1000). Throws OptionsError for other names.
-CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states);
+// A state every 200 steps (the benchmarks' period of 1000); optimizer "adamw" or "muon". Throws
+// OptionsError for other names or optimizers.
+CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer);
 
 struct CorpusScale {
   int64_t runs = 48;          // cycles through `families`

@@ -331,11 +331,8 @@ int scan(ScanArgs a) {
   if (a.task.empty()) {
     tasks = ht::meta::corpus_tasks(a.scale);
   } else {
-    if (a.scale.optimizer != "adamw" && a.scale.optimizer != "muon")
-      throw ht::OptionsError("scan: --optimizer \"" + a.scale.optimizer + "\": must be adamw or muon");
     for (int64_t r = 0; r < a.scale.runs; ++r) {
-      tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states));
-      tasks.back().optimizer = a.scale.optimizer;
+      tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states, a.scale.optimizer));
       tasks.back().interval = std::max<int64_t>(1, std::llround(tasks.back().interval * a.scale.interval_scale));
     }
   }
