@@ -101,6 +101,7 @@ const std::vector<KeySpec>& config_schema() {
       {"optim.muon_ns_steps", T::Int, "5", {}, "Muon: Newton-Schulz iterations per matrix and step", R::in(1, 100)},
       {"optim.muon_precision", T::String, "fp32", {"fp32", "bf16"}, "Muon: the Newton-Schulz matmuls' precision (bf16: tiny GPT step 1.17x AdamW's instead of 1.31x on an AVX512-BF16 EPYC; slow without bf16 arithmetic)"},
       {"optim.muon_split_qkv", T::Bool, "true", {}, "Muon: orthogonalize GPT-2's c_attn as its q, k and v thirds"},
+      {"optim.muon_hidden_only", T::Bool, "false", {}, "Muon: the input layer and the output head take AdamW's step too (Jordan's recipe; MLP: fc1, fc3; CNNs: conv1, fc; a GPT's are wte already)"},
       {"optim.grad_clip", T::Float, "1.0", {}, "max global gradient norm; 0 = off", R::in(0, 1e9).means("0 = off")},
       {"optim.grad_accum", T::Int, "1", {}, "batches per optimizer step", R::in(1, kMillion)},
       {"optim.qk_update_scale", T::Float, "1", {}, "attention models: the query and key weights' updates times this (1 = off)", R::in(0, 100)},

@@ -42,8 +42,9 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 104857
 std::string describe(const MemoryLevers& l) {
   std::string s = fmt::format("attention {}, recompute {}", to_string(l.attention), to_string(l.recompute));
   if (l.recompute == RecomputeLevel::Full) s += fmt::format(" every {}", l.recompute_every);
-  return s + fmt::format(", optimizer {}, precision {}, mode {}", to_string(l.optimizer), to_string(l.precision),
-                         to_string(l.mode));
+  const bool hidden_only = l.optimizer == OptimizerKind::Muon && l.muon_hidden_only;
+  return s + fmt::format(", optimizer {}{}, precision {}, mode {}", to_string(l.optimizer),
+                         hidden_only ? " (hidden layers only)" : "", to_string(l.precision), to_string(l.mode));
 }
 
 // One column per estimate (fp32 and bf16 for a GPT, the config's own marked with *).
@@ -114,6 +115,7 @@ PlanInputs plan_inputs(const Config& c) {
   in.shape.threads = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
   in.shape.cuda = c.get_string("run.device").rfind("cuda", 0) == 0;
   in.levers.optimizer = optimizer_kind(c);
+  in.levers.muon_hidden_only = c.get_bool("optim.muon_hidden_only");
   // The phase with the least recompute sets the peak.
   const std::vector<std::string> phases =
       c.get_string("run.mode") == "hybrid" ? std::vector<std::string>{"warmup", "full", "correct"}

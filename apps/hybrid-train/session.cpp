@@ -84,11 +84,15 @@ std::unique_ptr<DataSource> build_data(const Config& c, Session& s) {
   }
 }
 
-// Muon's split: every matrix and conv kernel is orthogonalized except the model's lookup tables,
-// which take AdamW's step; a fused weight is orthogonalized per column block when split_fused.
-std::vector<MuonParam> muon_params(const torch::nn::Module& module, const MuonLayout& layout, bool split_fused) {
+// Muon's split: every matrix and conv kernel is orthogonalized except the model's lookup tables
+// (and, when hidden_only, its input and output layers), which take AdamW's step; a fused weight is
+// orthogonalized per column block when split_fused.
+std::vector<MuonParam> muon_params(const torch::nn::Module& module, const MuonLayout& layout, bool split_fused,
+                                   bool hidden_only) {
   std::map<std::string, int64_t> blocks;  // name -> column blocks (1: orthogonalized whole, 0: AdamW)
   for (const auto& name : layout.lookup_tables) blocks[name] = 0;
+  if (hidden_only)
+    for (const auto& name : layout.input_output) blocks[name] = 0;
   for (const auto& fused : layout.fused) blocks[fused.name] = split_fused ? fused.blocks : 1;
   std::vector<MuonParam> out;
   for (const auto& item : module.named_parameters()) {
@@ -131,7 +135,8 @@ std::unique_ptr<Optimizer> build_optimizer(const Config& c, const torch::nn::Mod
       m.momentum = c.get_float("optim.muon_momentum");
       m.ns_steps = c.get_int("optim.muon_ns_steps");
       m.ns_bf16 = c.get_string("optim.muon_precision") == "bf16";
-      return make_muon(muon_params(module, muon, c.get_bool("optim.muon_split_qkv")), m);
+      return make_muon(muon_params(module, muon, c.get_bool("optim.muon_split_qkv"), c.get_bool("optim.muon_hidden_only")),
+                       m);
     }
     if (group && c.get_bool("dist.shard_optimizer"))
       return dist::make_zero_adamw(std::move(params), o, *group, static_cast<int64_t>(c.get_float("dist.bucket_mb") * 1048576.0));

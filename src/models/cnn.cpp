@@ -43,6 +43,7 @@ ModelSpec cnn_model_spec() {
     b.module = model;
     b.objective = make_image_classifier_objective(model);
     b.summary = "cnn: " + std::to_string(count_parameters(*model)) + " parameters";
+    b.muon.input_output = {"conv1.weight", "fc.weight"};
     return b;
   };
   s.estimate = [](const ModelSettings&, const TrainShape& shape, const MemoryLevers& levers) {

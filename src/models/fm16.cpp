@@ -36,6 +36,7 @@ ModelSpec fm16_model_spec() {
     b.module = model;
     b.objective = make_image_classifier_objective(model);
     b.summary = "fm16: " + std::to_string(count_parameters(*model)) + " parameters";
+    b.muon.input_output = {"conv1.weight", "fc.weight"};
     return b;
   };
   // No analytic memory model: the planner measures a step (measured_memory in memory_plan.h).

@@ -41,6 +41,17 @@ std::vector<int64_t> numels_of(const std::vector<PlannedParam>& params) {
   return n;
 }
 
+// optim.muon_hidden_only: the first matrix (the layer that reads the images) and the last (the
+// head) take AdamW's step, so they are planned as AdamW's parameters (model_registry.h's input_output).
+void plan_input_output_as_adamw(std::vector<PlannedParam>& params, const MemoryLevers& levers) {
+  if (levers.optimizer != OptimizerKind::Muon || !levers.muon_hidden_only) return;
+  auto is_matrix = [](const PlannedParam& p) { return p.matrix(); };
+  auto first = std::find_if(params.begin(), params.end(), is_matrix);
+  auto last = std::find_if(params.rbegin(), params.rend(), is_matrix);
+  if (first != params.end()) *first = vector_param(first->numel);
+  if (last != params.rend()) *last = vector_param(last->numel);
+}
+
 // Bytes of optimizer state for one parameter of n elements.
 int64_t optimizer_bytes(OptimizerKind kind, int64_t n, bool matrix) {
   switch (kind) {
@@ -388,6 +399,7 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
       params.push_back(matrix_param(w[i + 1], w[i]));  // Linear [out, in]
       params.push_back(vector_param(w[i + 1]));
     }
+    plan_input_output_as_adamw(params, levers);
     account_parameters(params, levers, e);
     auto act = [&](int64_t width) { return blk(Bm * width * kF32); };
     for (size_t i = 1; i + 1 < w.size(); ++i) saved += act(w[i]);  // ReLU outputs
@@ -406,6 +418,7 @@ MemoryEstimate estimate_classifier_memory(const std::string& kind, const TrainSh
     // output (also max-pool's input), max-pool its int64 argmax, conv2 and fc their inputs.
     params = {matrix_param(16, 9), vector_param(16), matrix_param(32, 16 * 9), vector_param(32),  // kernels as
               matrix_param(10, 32 * 7 * 7), vector_param(10)};                                  // [out, in*kh*kw]
+    plan_input_output_as_adamw(params, levers);
     account_parameters(params, levers, e);
     const int64_t r1 = blk(Bm * 16 * 28 * 28 * kF32), p1 = blk(Bm * 16 * 14 * 14 * kF32);
     const int64_t r2 = blk(Bm * 32 * 14 * 14 * kF32), p2 = blk(Bm * 32 * 7 * 7 * kF32);

@@ -42,6 +42,7 @@ ModelSpec mlp_model_spec() {
     b.module = model;
     b.objective = make_image_classifier_objective(model);
     b.summary = "mlp: " + std::to_string(count_parameters(*model)) + " parameters";
+    b.muon.input_output = {"fc1.weight", "fc3.weight"};
     return b;
   };
   s.estimate = [](const ModelSettings&, const TrainShape& shape, const MemoryLevers& levers) {

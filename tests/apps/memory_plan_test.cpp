@@ -179,6 +179,11 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"MlpMuon",
                  {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "optim.name=muon"},
                  2, 0.02},
+        // Hidden only: fc1 and fc3 keep AdamW's two moments; the step's peak is fc2's [256, 512].
+        PlanCase{"MlpMuonHiddenOnly",
+                 {"model.kind=mlp", "data.dataset=fashion-mnist", "data.batch_size=32", "optim.name=muon",
+                  "optim.muon_hidden_only=true"},
+                 2, 0.02},
         PlanCase{"TinyGptMuon", tiny({"optim.name=muon"})},
         // SNOO's momentum buffer is 7 % of this peak, like the average above.
         PlanCase{"MlpSnoo",

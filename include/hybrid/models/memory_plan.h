@@ -23,6 +23,7 @@ enum class TrainMode { Plain, Hybrid, Lookahead, Nowcast };
 
 struct MemoryLevers {
   OptimizerKind optimizer = OptimizerKind::AdamW;
+  bool muon_hidden_only = false;  // optim.muon_hidden_only: a classifier's first and last matrices take AdamW's step
   RecomputeLevel recompute = RecomputeLevel::None;
   int64_t recompute_every = 1;  // Full: blocks 0, n, 2n, ... keep only their input
   AttentionKind attention = AttentionKind::Naive;  // Fused is planned as Flash (no T x T kept)

@@ -71,6 +71,11 @@ struct MuonLayout {
   // linear map's, so they take AdamW's step.
   std::vector<std::string> lookup_tables;
   std::vector<FusedColumns> fused;
+  // The matrices next to the data: the layer that reads the input and the head that writes the
+  // logits (MLP: fc1, fc3). With optim.muon_hidden_only they take AdamW's step too - Jordan's
+  // recipe (Muon for hidden layers only), which also spares the MLP its largest orthogonalization.
+  // A GPT lists none: its input and its tied head are wte, a lookup table already.
+  std::vector<std::string> input_output;
 };
 
 struct BuiltModel {
