@@ -37,12 +37,14 @@ ModelSpec mlp_model_spec() {
   s.help = "784-512-256-10 perceptron for Fashion-MNIST (~85 % after one epoch)";
   s.data = DataKind::Images;
   s.build = [](const ModelSettings&, const DataShape&, const BuildOptions&) {
-    auto model = std::make_shared<MLP>();
+    const MLPConfig config;
+    auto model = std::make_shared<MLP>(config);
     BuiltModel b;
     b.module = model;
     b.objective = make_image_classifier_objective(model);
     b.summary = "mlp: " + std::to_string(count_parameters(*model)) + " parameters";
-    b.muon.input_output = {"fc1.weight", "fc3.weight"};
+    // The first layer and the head, named as MLP's constructor names its layers (fc1 .. fcN).
+    b.muon.input_output = {"fc1.weight", "fc" + std::to_string(config.hidden.size() + 1) + ".weight"};
     return b;
   };
   s.estimate = [](const ModelSettings&, const TrainShape& shape, const MemoryLevers& levers) {
