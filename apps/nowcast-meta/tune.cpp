@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "hybrid/core/grad_clip.h"
 #include "task_run.h"
 
 namespace ht::meta {
@@ -71,7 +72,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
       optimizer.schedule_lr([&](double base) { return run->schedule.at(base, first + s); });
       optimizer.zero_grad();
       objective.loss(data.next_train_batch()).backward();
-      if (clip > 0) torch::nn::utils::clip_grad_norm_(r.params, clip);  // as the trainer clips
+      clip_grads_to_norm(r.params, global_grad_norm(r.params), clip);  // as the trainer clips
       optimizer.step();
       if (after) after(s + 1);
     }

@@ -13,21 +13,12 @@
 #include "core/eval_schedule.h"
 #include "hybrid/core/allocator.h"
 #include "hybrid/core/checkpoint_file.h"
+#include "hybrid/core/grad_clip.h"
 #include "hybrid/core/weight_average.h"
 #include "memory_pressure.h"
 
 namespace ht {
 namespace {
-
-// Global L2 norm of all gradients, [] -> double. One small reduction per tensor.
-double global_grad_norm(const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> norms;
-  norms.reserve(params.size());
-  for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().norm());
-  if (norms.empty()) return 0.0;
-  return torch::stack(norms).norm().item<double>();
-}
 
 int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
@@ -319,12 +310,7 @@ FullStepResult Trainer::full_step_once() {
     throw TrainingError("step " + std::to_string(step_ + 1) + ": the gradient norm is " +
                         std::to_string(r.grad_norm) +
                         " (the loss was finite). Lower the learning rate or enable gradient clipping.");
-  if (options_.grad_clip > 0 && r.grad_norm > options_.grad_clip) {
-    torch::NoGradGuard no_grad;
-    const double scale = options_.grad_clip / (r.grad_norm + 1e-6);
-    for (const auto& p : optimizer_.parameters())
-      if (p.grad().defined()) p.grad().mul_(scale);
-  }
+  clip_grads_to_norm(optimizer_.parameters(), r.grad_norm, options_.grad_clip);
   try {
     optimizer_.step();
   } catch (const c10::OutOfMemoryError& e) {
