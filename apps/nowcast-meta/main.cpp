@@ -409,17 +409,20 @@ int main(int argc, char** argv) {
   BuildArgs b;
   auto* build_cmd = app.add_subcommand("build", "record the corpus and meta-train, writing safetensors");
   build_cmd->add_flag("--quick", "a few-second preset (3 short runs, 40 meta steps) for tests");
-  build_cmd->add_option("--runs", b.scale.runs, "corpus runs (the families in turn)");
-  build_cmd->add_option("--families", b.scale.families, "comma list of mlp, cnn, gpt (default all three)")
-      ->delimiter(',');
-  build_cmd->add_option("--gpt-size", b.scale.gpt_size,
-                        "small (1-3 x 32-64, context 32/64; default) or medium (2-5 x 96-160, context 128)");
-  build_cmd->add_option("--states", b.scale.states, "recorded states per run");
-  build_cmd->add_option("--max-scalars", b.scale.max_scalars, "recorded scalars per tensor");
-  build_cmd->add_option("--interval-scale", b.scale.interval_scale, "multiplies the recording intervals");
-  build_cmd->add_option("--corpus-seed", b.scale.seed, "seed of the drawn runs");
-  build_cmd->add_option("--optimizer", b.scale.optimizer,
-                        "adamw (default) or muon: the corpus runs' optimizer (muon: --families gpt only)");
+  // What the corpus runs are; with --corpus-in nothing is recorded, so giving one of these is refused.
+  std::vector<CLI::Option*> recording;
+  recording.push_back(build_cmd->add_option("--runs", b.scale.runs, "corpus runs (the families in turn)"));
+  recording.push_back(
+      build_cmd->add_option("--families", b.scale.families, "comma list of mlp, cnn, gpt (default all three)")
+          ->delimiter(','));
+  recording.push_back(build_cmd->add_option(
+      "--gpt-size", b.scale.gpt_size, "small (1-3 x 32-64, context 32/64; default) or medium (2-5 x 96-160, context 128)"));
+  recording.push_back(build_cmd->add_option("--states", b.scale.states, "recorded states per run"));
+  recording.push_back(build_cmd->add_option("--max-scalars", b.scale.max_scalars, "recorded scalars per tensor"));
+  recording.push_back(build_cmd->add_option("--interval-scale", b.scale.interval_scale, "multiplies the recording intervals"));
+  recording.push_back(build_cmd->add_option("--corpus-seed", b.scale.seed, "seed of the drawn runs"));
+  recording.push_back(build_cmd->add_option(
+      "--optimizer", b.scale.optimizer, "adamw (default) or muon: the corpus runs' optimizer (muon: --families gpt only)"));
   build_cmd->add_option("--steps", b.train.steps, "meta-training steps");
   build_cmd->add_option("--windows", b.train.windows, "windows per meta batch");
   build_cmd->add_option("--scalars", b.train.scalars, "scalars per window");
@@ -427,11 +430,14 @@ int main(int argc, char** argv) {
   build_cmd->add_option("--lr", b.train.lr, "AdamW rate (cosine to 1e-6)");
   build_cmd->add_option("--holdout-every", b.holdout_every, "hold every n-th run out of training (0: none)");
   build_cmd->add_option("--out", b.out, "the weights file");
-  build_cmd->add_option("--corpus-out", b.corpus_out, "also write the corpus here (safetensors)");
-  build_cmd->add_option("--corpus-in", b.corpus_in, "train on these corpora (repeat or comma list) instead of recording one")
-      ->delimiter(',');
+  recording.push_back(build_cmd->add_option("--corpus-out", b.corpus_out, "also write the corpus here (safetensors)"));
+  recording.push_back(build_cmd->add_option("--fashion-mnist-dir", b.fashion_mnist_dir));
+  auto* corpus_in = build_cmd->add_option("--corpus-in", b.corpus_in,
+                                          "train on these corpora (repeat or comma list) instead of recording one; "
+                                          "the recording options (--runs ... --optimizer, --corpus-out) do not apply")
+                        ->delimiter(',');
+  for (CLI::Option* o : recording) corpus_in->excludes(o);
   build_cmd->add_option("--work-dir", b.work_dir, "scratch folder (the license text)");
-  build_cmd->add_option("--fashion-mnist-dir", b.fashion_mnist_dir);
   TuneArgs tu;
   tu.scale = medium_gpt_runs(8, 2030);
   auto* tune_cmd = app.add_subcommand("tune", "loss-aware tuning of a nowcaster on fresh runs (the loss at its predictions)");
