@@ -197,12 +197,16 @@ run_part() {
                         --set optim.lr=0.001 --modes "${mlp_modes[@]}" ;;
     # The 6 x 256 GPT under warmup + cosine (2000 steps, 3 seeds): plain at the tiny GPT's tuned 3e-3
     # (not tuned for this width: a grid costs ~25 min a rate and seed here), the tiny GPT's
-    # cosine setting at its 4e-3, and the average alone. No nowcaster (each mode costs ~25 min a
-    # seed here; at the constant rate, three EPYC seeds and one H200 seed, every jump but two of
-    # ours was undone, and those two left their runs short of plain's target: BENCHMARKS.md 9).
+    # cosine setting at its 4e-3, and the average alone.
     gptwide_cosine) part gptwide_cosine "warmup + cosine, plain at 3e-3" $seeds --tasks gpt-wide --protocol cosine \
                       --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
                       "${gpt_tuned_cosine[@]}" ;;
+    # The nowcasters on the 6 x 256 GPT under the same cosine, as gptwide_nino: period 500, judged
+    # after 40 steps, NiNo with its 6 % budget (each mode ~20 min a seed here).
+    gptwide_cosine_nowcast) part gptwide_cosine_nowcast "warmup + cosine, the nowcasters against plain at 3e-3" $seeds \
+                              --tasks gpt-wide --protocol cosine --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
+                              --set optim.lr=0.003 --set nowcast.period=500 --set nowcast.verify_after=40 \
+                              --modes plain wnn-late own-late nino-late@nowcast.redo_budget=$wide_nino_budget ;;
     # The tiny GPT under cosine with Muon instead of AdamW, against plain AdamW at its tuned 3e-3:
     # with the weight average at 0.99, and alone (a control). Muon's 3e-3 is its best of 2e-3, 3e-3,
     # 6e-3 and 1.2e-2 on seed 1 (and better than 2e-3 on seed 2; BENCHMARKS.md 9).
@@ -227,7 +231,7 @@ run_part() {
 all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino
            fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
            fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned gptwide_cosine
-           mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon)
+           gptwide_cosine_nowcast mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon)
 # --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
 if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")
