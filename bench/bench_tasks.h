@@ -15,7 +15,10 @@
 // 6e-3, no weight decay, betas 0.9 / 0.999, the whole test set as validation) and a wider GPT
 // (6 layers, d 256, 8 heads), and two protocols: "cosine" (warmup + cosine, the rates above) and
 // "nino" (NiNo's: AdamW at a constant rate, no warmup; FM-16 6e-3, MLP 1e-3, GPTs 3e-3, the
-// rates of issue 21's check).
+// rates of issue 21's check). At the record's lengths plain's best cosine peaks are lower than
+// the rates above (GPT 3e-3, MLP 1e-3; FM-16's is 1e-2: BENCHMARKS.md 9): the record's tuned
+// parts pass them with --set optim.lr, and these defaults stay, so the earlier parts and their
+// results keep meaning what they measured.
 inline ht::cli::Config task_config(const std::string& task, int64_t steps, const std::string& protocol = "cosine") {
   ht::cli::Config c;
   auto set = [&](const std::string& kv) { c.set_override(kv); };
