@@ -187,6 +187,7 @@ def analyse(path, text, k, iters, n_batches, krylov, log):
     if k == 0:
         return
     g = torch.Generator().manual_seed(0)
+    calls[0] = 0
     vals, V, res = top_eigen(*lanczos(hvp, torch.randn(w0.numel(), generator=g, dtype=torch.float64), iters), k)
     log(f"  Hessian on {n_batches} training batches ({n_batches * BATCH * CONTEXT_T} tokens), loss {loss.item():.4f}; "
         f"Lanczos {calls[0]} products: top eigenvalues " + ", ".join(f"{x:.3g}" for x in vals[:8].tolist()) +
@@ -197,7 +198,7 @@ def analyse(path, text, k, iters, n_batches, krylov, log):
         c = V[:, :r].t() @ x
         return (c.pow(2).sum() / x.pow(2).sum()).item()
 
-    rs = [r for r in (1, 4, 16, k) if r <= k]
+    rs = sorted({r for r in (1, 4, 16, k) if r <= k})
     n = w0.numel()
     log("  | x | " + " | ".join(f"share of |x|^2 in the top {r}" for r in rs) + " |")
     log("  |---|" + "---|" * len(rs))

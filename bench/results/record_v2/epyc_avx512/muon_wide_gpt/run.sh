@@ -6,3 +6,6 @@ M=plain@optim.name=muon@optim.muon_precision=bf16@train.average_decay=0.99
 run() { s=$1; $B --out bench/results/record_v2/epyc_avx512/muon_wide_gpt/seed$s --tasks gpt-wide --seeds 1 --threads 1 --target best80 --protocol nino --gpt-wide-steps 2000 \
    --eval-points 20 --first-seed $s --modes plain $M plain@schedule.warmup_steps=300@train.average_decay=0.99 > bench/results/record_v2/epyc_avx512/muon_wide_gpt/seed$s.log 2>&1; }
 run 1 & run 3 & wait
+# Seed 2, a later session (469d6df's binary, the Muon path unchanged since ee4fc20), beside the three
+# wide_gpt_cosine_nowcasters/ seeds:
+run 2
