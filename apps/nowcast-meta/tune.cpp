@@ -72,7 +72,7 @@ void with_recorded_run(const CorpusTask& task, const std::string& fashion_mnist_
       optimizer.schedule_lr([&](double base) { return run->schedule.at(base, first + s); });
       optimizer.zero_grad();
       objective.loss(data.next_train_batch()).backward();
-      clip_grads_to_norm(r.params, global_grad_norm(r.params), clip);  // as the trainer clips
+      if (clip > 0) clip_grads_to_norm(r.params, global_grad_norm(r.params), clip);  // as the trainer clips
       optimizer.step();
       if (after) after(s + 1);
     }
