@@ -6,10 +6,12 @@ set(HT_GTEST_SUITES_SCRIPT "${CMAKE_CURRENT_LIST_DIR}/gtest_suites_add.cmake")
 
 function(ht_discover_test_suites target)
   if(HT_TEST_PER_CASE)
-    gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60)
+    gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT GOMP_SPINCOUNT=10000)
     return()
   endif()
   set(base "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites")
+  # Relinks (and so re-lists) when the listing script changes: a POST_BUILD step has no DEPENDS.
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${HT_GTEST_SUITES_SCRIPT}")
   # Listed after every build, as gtest_discover_tests does, so new cases need no re-configure.
   add_custom_command(TARGET ${target} POST_BUILD
     BYPRODUCTS "${base}_tests.cmake"
