@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~50 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~54 h here)
 #        bash bench/record_v2.sh --list        (the parts, one per line)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
@@ -209,6 +209,12 @@ run_part() {
                               --tasks gpt-wide --protocol cosine --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
                               --set optim.lr=0.003 --set nowcast.period=500 --set nowcast.verify_after=40 \
                               --modes plain wnn-late own-late nino-late@nowcast.redo_budget=$wide_nino_budget ;;
+    # WNN+ there at tolerance 0 (the library's default): the part above's 10 % kept WNN+'s first jumps
+    # 4.5-7.9 % above plain's guess, one of them at a cost of 211 steps (0.86x, past the 5 % bound).
+    gptwide_cosine_wnn_tol0) part gptwide_cosine_wnn_tol0 "warmup + cosine, WNN+ at tolerance 0 against plain at 3e-3" $seeds \
+                               --tasks gpt-wide --protocol cosine --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
+                               --set optim.lr=0.003 --set nowcast.period=500 --set nowcast.verify_after=40 \
+                               --modes plain wnn-late@nowcast.tolerance=0 ;;
     # The tiny GPT under cosine with Muon instead of AdamW, against plain AdamW at its tuned 3e-3:
     # with the weight average at 0.99, and alone (a control). Muon's 3e-3 is its best of 2e-3, 3e-3,
     # 6e-3 and 1.2e-2 on seed 1 (and better than 2e-3 on seed 2; BENCHMARKS.md 9).
@@ -226,6 +232,10 @@ run_part() {
     gptwide_nino_muon) part gptwide_nino_muon "NiNo protocol, Muon against plain AdamW and the warmup control" $seeds \
                          --tasks gpt-wide --protocol nino --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
                          --modes plain $muon@train.average_decay=0.99 plain@schedule.warmup_steps=300@train.average_decay=0.99 ;;
+    # The 6 x 256 GPT under cosine with Muon, as gpt_cosine_muon on the tiny GPT.
+    gptwide_cosine_muon) part gptwide_cosine_muon "warmup + cosine, Muon against plain AdamW at 3e-3" $seeds \
+                           --tasks gpt-wide --protocol cosine --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
+                           --set optim.lr=0.003 --modes plain $muon@train.average_decay=0.99 $muon ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
@@ -233,7 +243,8 @@ run_part() {
 all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine fm16_nino fm16_optstate fm16_cosine fm16_held_nino
            fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
            fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned gptwide_cosine
-           gptwide_cosine_nowcast mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon)
+           gptwide_cosine_nowcast gptwide_cosine_wnn_tol0 mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon
+           gptwide_cosine_muon)
 # --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
 if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")
