@@ -19,12 +19,8 @@ foreach(line IN LISTS lines)
       # No SKIP_REGULAR_EXPRESSION: CTest lets it win over a failing exit code, and a suite whose
       # cases all fail also prints "[  PASSED  ] 0 tests". A suite that skips (CUDA without a GPU)
       # passes, with "[  SKIPPED ]" in its output.
-      # GOMP_SPINCOUNT=10000: the binaries pin 2 threads (test_main.cpp) and libgomp's idle threads
-      # spin ~300k times before sleeping; with the cores shared, HybridStrategy and NowcastStrategy
-      # took 321 s instead of 4.6 s (timeouts on a loaded runner). Spinning 10k: 4.8 s alone, 41 s
-      # loaded; never spinning (OMP_WAIT_POLICY=PASSIVE) 8.0 s and 50-62 s.
       "set_tests_properties([=[${suite}]=] PROPERTIES WORKING_DIRECTORY [==[${WORKING_DIR}]==]"
-      " ENVIRONMENT GOMP_SPINCOUNT=10000)\n")
+      " ENVIRONMENT [==[${TEST_ENVIRONMENT}]==])\n")
     math(EXPR count "${count} + 1")
   endif()
 endforeach()
