@@ -219,20 +219,30 @@ def self_check(dump_path):
     return 0 if ok else 1
 
 
-def main():
-    ap = argparse.ArgumentParser(description="per-scalar models of the expected future, on scan dumps")
+def scan_main(description, load_dump, report, self_check, has_fits=True, needs=""):
+    """The command line the scan-dump scripts share: DUMP ... [--target D] [--check] [--no-fits]."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("dumps", nargs="*")
-    ap.add_argument("--target", type=int, default=0, help="D: the mean future to fit (default the largest)")
-    ap.add_argument("--check", action="store_true", help="self-test (with a dump: also its layout)")
-    ap.add_argument("--no-fits", action="store_true", help="only the rows that fit nothing (fast)")
+    ap.add_argument("--target", type=int, default=0, help="D: the mean future to compare with (default the largest)")
+    ap.add_argument("--check", action="store_true", help="self-test on synthetic data (with a dump: also its layout)")
+    if has_fits:
+        ap.add_argument("--no-fits", action="store_true", help="only the rows that fit nothing (fast)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.check:
         return self_check(a.dumps[0] if a.dumps else None)
     if not a.dumps:
-        ap.error("give one or more dumps of `nowcast-meta scan --dump-dir`")
-    report([Dump(p, a.target) for p in a.dumps], fits=not a.no_fits)
+        ap.error("give one or more dumps of `nowcast-meta scan --dump-dir`" + needs)
+    dumps = [load_dump(p, a.target) for p in a.dumps]
+    if has_fits:
+        report(dumps, fits=not a.no_fits)
+    else:
+        report(dumps)
     return 0
+
+
+def main():
+    return scan_main("per-scalar models of the expected future, on scan dumps", Dump, report, self_check)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@
 #     rank r (subspace_fit.py's ceilings, with the gradient's subspaces in place of the past's).
 # Every row is the cosine with F as the scan scores a jump: over all parameters for directions and
 # fits, over the weight matrices for subspaces (their share of |F|^2 is printed).
-import argparse
 import os
 import sys
 
@@ -228,19 +227,8 @@ def self_check(dump_path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="gradient-aware models of the expected future, on scan dumps")
-    ap.add_argument("dumps", nargs="*")
-    ap.add_argument("--target", type=int, default=0, help="D: the mean future to compare with (default the largest)")
-    ap.add_argument("--check", action="store_true", help="self-test on synthetic matrices (with a dump: also its bounds)")
-    ap.add_argument("--no-fits", action="store_true", help="only the rows that fit nothing (fast)")
-    a = ap.parse_args()
-    torch.set_num_threads(1)
-    if a.check:
-        return self_check(a.dumps[0] if a.dumps else None)
-    if not a.dumps:
-        ap.error("give one or more dumps of `nowcast-meta scan --dump-dir` (with gradients)")
-    report([GradDump(p, a.target) for p in a.dumps], fits=not a.no_fits)
-    return 0
+    return future_fit.scan_main("gradient-aware models of the expected future, on scan dumps", GradDump, report,
+                                self_check, needs=" (with gradients)")
 
 
 if __name__ == "__main__":

@@ -23,14 +23,13 @@
 #     the most a model could get from the trend's direction by learning one number per tensor
 # Every row is the cosine with F over all matrices (1-D tensors, biases and norms, are left out;
 # their share of |F|^2 is printed), as the scan scores a jump.
-import argparse
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from future_fit import read_scan_dump  # noqa: E402
+from future_fit import read_scan_dump, scan_main  # noqa: E402
 
 CONTEXT = 5  # recorded states per context (t - 4 .. t), as the nowcasters read them
 RANKS = (1, 2, 4, 8, 16, 32)
@@ -184,18 +183,8 @@ def self_check(dump_path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="low-rank models of the expected future, on scan dumps")
-    ap.add_argument("dumps", nargs="*")
-    ap.add_argument("--target", type=int, default=0, help="D: the mean future to compare with (default the largest)")
-    ap.add_argument("--check", action="store_true", help="self-test on synthetic matrices (with a dump: also its bounds)")
-    a = ap.parse_args()
-    torch.set_num_threads(1)
-    if a.check:
-        return self_check(a.dumps[0] if a.dumps else None)
-    if not a.dumps:
-        ap.error("give one or more dumps of `nowcast-meta scan --dump-dir`")
-    report([Dump(p, a.target) for p in a.dumps])
-    return 0
+    return scan_main("low-rank models of the expected future, on scan dumps", Dump, report, self_check,
+                     has_fits=False)
 
 
 if __name__ == "__main__":
