@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~54 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~56 h here)
 #        bash bench/record_v2.sh --list        (the parts, one per line)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
@@ -236,6 +236,19 @@ run_part() {
     gptwide_cosine_muon) part gptwide_cosine_muon "warmup + cosine, Muon against plain AdamW at 3e-3" $seeds \
                            --tasks gpt-wide --protocol cosine --gpt-wide-steps $gpt_wide_steps --eval-points $(evals 20) \
                            --set optim.lr=0.003 --modes plain $muon@train.average_decay=0.99 $muon ;;
+    # FM-16 under cosine with Muon at 6e-3 and FM-16's average (on every kernel, and on the hidden
+    # convs only), beside the cosine setting of record, against plain at its tuned 1e-2 peak.
+    fm16_cosine_muon) part fm16_cosine_muon "warmup + cosine, Muon against plain at its tuned 1e-2 peak" $seeds \
+                        --tasks fm16 --fm16-steps $fm16_steps --protocol cosine --eval-points $(evals 40) \
+                        --set data.probe_fraction=0.035 --set optim.lr=0.01 \
+                        --modes plain $fm16_cosine_setting@$lag_average@optim.lr=0.006 $muon@$lag_average@optim.lr=0.006 \
+                        $muon@optim.muon_hidden_only=true@$lag_average@optim.lr=0.006 ;;
+    # Muon as SNOO's inner optimizer on the tiny GPT under cosine: SNOO's defaults and the tiny
+    # GPT's cosine setting, each with the average, beside Muon with the average (gpt_cosine_muon).
+    gpt_cosine_muon_snoo) part gpt_cosine_muon_snoo "warmup + cosine, SNOO on Muon against plain AdamW at 3e-3" $seeds \
+                            --tasks gpt --protocol cosine --gpt-steps $gpt_steps --eval-points $(evals 30) --set optim.lr=0.003 \
+                            --modes plain $muon@train.average_decay=0.99 snoo@${muon#plain@}@train.average_decay=0.99 \
+                            $gpt_cosine_setting@${muon#plain@} ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
@@ -244,7 +257,7 @@ all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine
            fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
            fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned gptwide_cosine
            gptwide_cosine_nowcast gptwide_cosine_wnn_tol0 mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon
-           gptwide_cosine_muon)
+           gptwide_cosine_muon fm16_cosine_muon gpt_cosine_muon_snoo)
 # --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
 if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")
