@@ -20,6 +20,17 @@ EvalStats Objective::evaluate(const Batch& batch) {
   return s;
 }
 
+double eval_mode_loss(Objective& objective, const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  struct TrainingFlag {
+    torch::nn::Module& module;
+    const bool was_training;
+    ~TrainingFlag() { module.train(was_training); }
+  } restore{objective.module(), objective.module().is_training()};
+  restore.module.eval();
+  return objective.loss(batch).item<double>();
+}
+
 namespace {
 
 class FunctionObjective final : public Objective {

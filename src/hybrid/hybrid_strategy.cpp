@@ -242,13 +242,7 @@ void HybridEngine::measure_prediction_error(const std::vector<at::Tensor>& truth
 }
 
 double HybridEngine::probe_loss(Trainer& trainer, const Batch& batch) {
-  // Eval mode: no dropout noise in a paired comparison. No grad: nothing is built for backward.
-  torch::NoGradGuard no_grad;
-  auto& module = trainer.objective().module();
-  const bool was_training = module.is_training();
-  module.eval();
-  const double loss = trainer.objective().loss(batch).item<double>();
-  if (was_training) module.train();
+  const double loss = eval_mode_loss(trainer.objective(), batch);
   ++summary_.verify_forwards;
   // Data-parallel: each rank holds its rows of the probe; every rank decides on the same mean.
   return trainer.collective().mean(loss, static_cast<double>(batch.input.size(0)));

@@ -234,13 +234,7 @@ Batch NowcastEngine::peek_probe(Trainer& trainer) {
 }
 
 double NowcastEngine::probe_loss(Trainer& trainer, const Batch& probe) {
-  // Eval mode: no dropout noise between the paired losses. No grad: nothing for backward.
-  torch::NoGradGuard no_grad;
-  auto& module = trainer.objective().module();
-  const bool was_training = module.is_training();
-  module.eval();
-  const double loss = trainer.objective().loss(probe).item<double>();
-  if (was_training) module.train();
+  const double loss = eval_mode_loss(trainer.objective(), probe);
   // Data-parallel: each rank holds its rows of the probe; every rank keeps or undoes a jump on
   // the same mean, so the replicas stay identical without sending any weights.
   return trainer.collective().mean(loss, static_cast<double>(probe.input.size(0)));

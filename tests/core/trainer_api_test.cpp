@@ -104,6 +104,33 @@ TEST(TrainerApi, MakeObjectiveTakesTorchModuleHolders) {
   EXPECT_LT(trainer.evaluate().val_loss, before);
 }
 
+TEST(TrainerApi, EvalModeLossScoresWithoutDropoutAndRestoresTheTrainingFlag) {
+  // What the engines' verifications compare: the loss in eval mode (dropout off, so the same
+  // weights give the same loss twice), no graph, and the module back in training mode afterwards -
+  // also when the loss throws.
+  torch::manual_seed(5);
+  torch::nn::Sequential net(torch::nn::Linear(4, 16), torch::nn::Dropout(0.5), torch::nn::Linear(16, 1));
+  bool fail = false;
+  auto objective = make_objective(net, [net, &fail](const Batch& b) mutable {
+    if (fail) throw std::runtime_error("out of memory (simulated)");
+    return torch::mse_loss(net->forward(b.input), b.target);
+  });
+  const Batch batch{torch::randn({32, 4}), torch::randn({32, 1})};
+  net->train();
+  const double first = eval_mode_loss(*objective, batch);
+  EXPECT_TRUE(net->is_training());
+  EXPECT_EQ(eval_mode_loss(*objective, batch), first);
+  // In training mode dropout draws another mask each time.
+  EXPECT_NE(objective->loss(batch).item<double>(), objective->loss(batch).item<double>());
+  fail = true;
+  EXPECT_THROW(eval_mode_loss(*objective, batch), std::runtime_error);
+  EXPECT_TRUE(net->is_training());
+  net->eval();  // an evaluating caller stays in eval mode
+  fail = false;
+  EXPECT_EQ(eval_mode_loss(*objective, batch), first);
+  EXPECT_FALSE(net->is_training());
+}
+
 TEST(TrainerApi, AnOptimizerOverAnotherModulesParametersIsRefused) {
   ToyRun run;
   auto other = std::make_shared<ToyNet>();

@@ -33,6 +33,11 @@ class Objective {
   virtual EvalStats evaluate(const Batch& batch);
 };
 
+// The batch's mean loss as a verification compares it: the module in eval mode (no dropout noise
+// between paired losses) and no autograd graph; its training flag is restored however the call
+// ends (an out-of-memory error included).
+double eval_mode_loss(Objective& objective, const Batch& batch);
+
 using LossFn = std::function<at::Tensor(const Batch&)>;
 
 // Wraps any module and a loss function; the loss function calls the module itself.
