@@ -48,13 +48,7 @@ EvalRecord Trainer::evaluate_weights() {
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   auto& module = objective_.module();
-  // Back to training mode however evaluation ends (an out-of-memory error included).
-  struct EvalMode {
-    torch::nn::Module& module;
-    const bool was_training;
-    explicit EvalMode(torch::nn::Module& m) : module(m), was_training(m.is_training()) { m.eval(); }
-    ~EvalMode() { module.train(was_training); }
-  } eval_mode(module);
+  EvalModeGuard eval_mode(module);  // back to training mode however evaluation ends
   EvalStats total;
   std::vector<double> metric_sums(metrics_.size(), 0.0);
   int64_t metric_rows = 0;

@@ -20,14 +20,15 @@ EvalStats Objective::evaluate(const Batch& batch) {
   return s;
 }
 
+EvalModeGuard::EvalModeGuard(torch::nn::Module& module) : module_(module), was_training_(module.is_training()) {
+  module_.eval();
+}
+
+EvalModeGuard::~EvalModeGuard() { module_.train(was_training_); }
+
 double eval_mode_loss(Objective& objective, const Batch& batch) {
   torch::NoGradGuard no_grad;
-  struct TrainingFlag {
-    torch::nn::Module& module;
-    const bool was_training;
-    ~TrainingFlag() { module.train(was_training); }
-  } restore{objective.module(), objective.module().is_training()};
-  restore.module.eval();
+  EvalModeGuard eval_mode(objective.module());
   return objective.loss(batch).item<double>();
 }
 

@@ -9,23 +9,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "hybrid/core/objective.h"  // EvalModeGuard
+
 namespace ht {
-namespace {
-
-// Puts the model in eval mode for the scope and restores what it was.
-class EvalModeScope {
- public:
-  explicit EvalModeScope(torch::nn::Module& m) : m_(m), was_training_(m.is_training()) {
-    m_.eval();
-  }
-  ~EvalModeScope() { m_.train(was_training_); }
-
- private:
-  torch::nn::Module& m_;
-  bool was_training_;
-};
-
-}  // namespace
 
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
                               int64_t max_new_tokens, double temperature, int64_t top_k,
@@ -49,7 +35,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   const int64_t V = sample_below > 0 ? sample_below : cfg.vocab_size;  // ids that may be drawn
 
   torch::NoGradGuard no_grad;
-  EvalModeScope eval(model);
+  EvalModeGuard eval_mode(model);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const c10::Device device = model.token_embedding().device();
   std::vector<int64_t> tokens = prompt;

@@ -33,9 +33,22 @@ class Objective {
   virtual EvalStats evaluate(const Batch& batch);
 };
 
+// The module in eval mode (no dropout) for a scope, and its training flag back however the scope
+// ends (an out-of-memory error included): evaluation, verification and generation use it.
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(torch::nn::Module& module);
+  ~EvalModeGuard();
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool was_training_;
+};
+
 // The batch's mean loss as a verification compares it: the module in eval mode (no dropout noise
-// between paired losses) and no autograd graph; its training flag is restored however the call
-// ends (an out-of-memory error included).
+// between paired losses) and no autograd graph.
 double eval_mode_loss(Objective& objective, const Batch& batch);
 
 using LossFn = std::function<at::Tensor(const Batch&)>;
