@@ -39,3 +39,10 @@ $B --out $R/byte_slow_seed$s --tasks gpt --protocol nino --gpt-steps 3000 --eval
   --set optim.lr=0.0002 --modes plain wnn-noverify nino-noverify > $R/byte_slow_seed$s.log 2>&1 &
 done
 wait
+# Between the rates: WNN+'s unverified jumps at 2e-4, 6e-4 and 1e-3 against plain at its best 2e-3,
+# whose run sets the target (seeds 1-2, the two at once).
+for s in 1 2; do
+$B --out $R/mid_seed$s --tasks gpt --protocol nino --gpt-steps 4000 --eval-points 20 --seeds 1 --first-seed $s --threads 1 --target best80 $T \
+  --set optim.lr=0.002 --modes plain wnn-noverify@optim.lr=0.0002 wnn-noverify@optim.lr=0.0006 wnn-noverify@optim.lr=0.001 > $R/mid_seed$s.log 2>&1 &
+done
+wait
