@@ -46,3 +46,10 @@ $B --out $R/mid_seed$s --tasks gpt --protocol nino --gpt-steps 4000 --eval-point
   --set optim.lr=0.002 --modes plain wnn-noverify@optim.lr=0.0002 wnn-noverify@optim.lr=0.0006 wnn-noverify@optim.lr=0.001 > $R/mid_seed$s.log 2>&1 &
 done
 wait
+# Warmup + cosine (protocol ii, 50 warmup steps) at a 2e-3 peak with the nowcasters unverified, and
+# plain at a 5e-3 peak beside it (a rate check); seeds 1-2, the two at once.
+for s in 1 2; do
+$B --out $R/cosine_seed$s --tasks gpt --protocol cosine --gpt-steps 4000 --eval-points 20 --seeds 1 --first-seed $s --threads 1 --target best80 $T \
+  --set optim.lr=0.002 --modes plain wnn-noverify nino-noverify plain@optim.lr=0.005 > $R/cosine_seed$s.log 2>&1 &
+done
+wait
