@@ -54,7 +54,12 @@ def main():
     a.text = "the King James Bible" if a.kjv else a.inputs[0]
     if not 2 <= a.vocab <= 65536:
         sys.exit(f"--vocab {a.vocab}: must be in [2, 65536] (ids are uint16)")
-    text = kjv_text() if a.kjv else open(a.text, encoding="utf-8").read()
+    try:
+        text = kjv_text() if a.kjv else open(a.text, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        sys.exit(f"cannot read {a.text} as UTF-8 text: {e}")
+    if not text:
+        sys.exit(f"{a.text} is empty: nothing to tokenize")
     pieces = PIECE.findall(text)
     if "".join(pieces) != text:
         sys.exit("internal error: the pieces do not cover the text")
