@@ -12,10 +12,12 @@
 namespace ht::meta {
 
 struct CorpusTask {
-  std::string family;            // "mlp", "cnn", "gpt"; for measuring only: "fm16", "gpt-tiny-kjv"
-  std::vector<int64_t> widths;   // mlp: hidden widths; cnn: channels1, channels2; gpt: layers, width, heads
+  std::string family;            // "mlp", "cnn", "gpt", "gpt-words"; for measuring only: "fm16", "gpt-tiny-kjv"
+  std::vector<int64_t> widths;   // mlp: hidden widths; cnn: channels1, channels2; gpt*: layers, width, heads
   int64_t batch = 128;
-  int64_t context = 64;          // gpt only
+  int64_t context = 64;          // gpt* only
+  std::string tokens_path;       // gpt-words only: the token file and its vocabulary (CorpusScale's)
+  int64_t vocab = 0;
   double lr = 1e-3;
   double beta2 = 0.999;
   double weight_decay = 0.0;
@@ -48,17 +50,24 @@ struct CorpusScale {
   // "adamw", or "muon": the trajectories of Muon (bf16 iterations, the benchmarks' setting), which
   // orthogonalizes the matrices' steps - GPT families only (the MLP/CNN runs build their own AdamW).
   std::string optimizer = "adamw";
+  // "gpt-words": GPTs on word-level tokens (bench/python/word_tokens.py's uint16 file of another text
+  // than KJV, e.g. Debian's fortunes) at AdamW's tuned rates there - the runs a nowcaster for the
+  // word-level KJV GPT should have seen. The file and its vocabulary (its ids < tokens_vocab).
+  std::string tokens_path;
+  int64_t tokens_vocab = 8192;
 };
 
 // The runs of a corpus: shapes, rates, schedules and seeds drawn (seeded) from lists that leave
 // out the benchmark tasks (784-512-256-10, the 16/32 CNN, FM-16, the 4 x 128 and 6 x 256 GPTs,
-// KJV). Throws OptionsError for an unknown family or GPT size.
+// KJV, the word-level 3 x 64 GPT). Throws OptionsError for an unknown family or GPT size, or
+// gpt-words without a token file.
 std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale);
 
 // Writes /usr/share/common-licenses/* (Debian base-files) concatenated into `path` (the GPTs' text).
 void write_license_text(const std::string& path);
 
-// Trains one task at the current thread count and records it. text_path: write_license_text's file.
+// Trains one task at the current thread count and records it. text_path: write_license_text's file
+// (gpt-words tasks read their own tokens_path instead).
 Trajectory record_task(const CorpusTask& task, int64_t max_scalars, const std::string& fashion_mnist_dir,
                        const std::string& text_path);
 

@@ -104,7 +104,8 @@ int build(BuildArgs a, const std::string& command_line) {
   }
   int64_t min_states = corpus.empty() ? 0 : corpus.front().states(), max_states = min_states;
   for (const auto& t : corpus) min_states = std::min(min_states, t.states()), max_states = std::max(max_states, t.states());
-  std::filesystem::create_directories(std::filesystem::path(a.out).parent_path());
+  if (const auto dir = std::filesystem::path(a.out).parent_path(); !dir.empty())  // "--out x.safetensors": here
+    std::filesystem::create_directories(dir);
   ht::save_wnn_plus(a.out, result.weights,
                     {{"model_args", fmt::format("{{\"gnn\": false, \"hid\": {}, \"seq_len\": {}, \"ctx\": 5}}",
                                                 a.train.hidden, a.train.horizons)},
@@ -413,8 +414,11 @@ int main(int argc, char** argv) {
   std::vector<CLI::Option*> recording;
   recording.push_back(build_cmd->add_option("--runs", b.scale.runs, "corpus runs (the families in turn)"));
   recording.push_back(
-      build_cmd->add_option("--families", b.scale.families, "comma list of mlp, cnn, gpt (default all three)")
+      build_cmd->add_option("--families", b.scale.families, "comma list of mlp, cnn, gpt, gpt-words (default mlp, cnn, gpt)")
           ->delimiter(','));
+  recording.push_back(build_cmd->add_option(
+      "--tokens", b.scale.tokens_path, "gpt-words: a word-level token file (bench/python/word_tokens.py IN.txt OUT.bin)"));
+  recording.push_back(build_cmd->add_option("--vocab", b.scale.tokens_vocab, "gpt-words: the token file's vocabulary (default 8192)"));
   recording.push_back(build_cmd->add_option(
       "--gpt-size", b.scale.gpt_size, "small (1-3 x 32-64, context 32/64; default) or medium (2-5 x 96-160, context 128)"));
   recording.push_back(build_cmd->add_option("--states", b.scale.states, "recorded states per run"));

@@ -20,8 +20,9 @@ import subprocess
 import sys
 
 # GPT-2's pre-tokenizer (contractions, an optional space then letters / digits / other symbols,
-# whitespace runs), written for Python's re, which has no \p{L}: [^\W\d_] is a letter.
-PIECE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
+# whitespace runs), written for Python's re, which has no \p{L}: [^\W\d_] is a letter, and "_" - a
+# \w character that is neither letter nor digit - goes with the other symbols, as in GPT-2.
+PIECE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
 
 
 def kjv_text():
