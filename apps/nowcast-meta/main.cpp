@@ -466,7 +466,7 @@ int main(int argc, char** argv) {
   sc.scale = medium_gpt_runs(3, 2040);
   auto* scan_cmd = app.add_subcommand("scan", "what jumps are worth after N optimizer steps, against no jump on the same batches");
   scan_cmd->add_flag("--quick", "a few-second preset (one short run, one nowcaster) for tests");
-  scan_cmd->add_option("--models", sc.models, "registered nowcasters (wnn, nino, own, own-gpt, own-gpt-loss, wnn-tuned), each optionally "
+  scan_cmd->add_option("--models", sc.models, "registered nowcasters (wnn, nino, own, own-gpt, own-gpt-loss, own-words, wnn-tuned), each optionally "
                        "name=weights.safetensors; comma list (default: wnn, own-gpt, own-gpt-loss)")
       ->delimiter(',');
   scan_cmd->add_option("--runs", sc.scale.runs, "fresh runs (default 3)");

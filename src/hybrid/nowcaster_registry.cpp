@@ -12,12 +12,14 @@ NowcasterSpec nino_nowcaster_spec();  // nowcast/nino.cpp
 NowcasterSpec own_nowcaster_spec();   // nowcast/wnn_plus.cpp: WNN+ with our meta-trained weights
 NowcasterSpec own_gpt_nowcaster_spec();  // nowcast/wnn_plus.cpp: the same, meta-trained on GPTs only
 NowcasterSpec own_gpt_loss_nowcaster_spec();  // nowcast/wnn_plus.cpp: own-gpt tuned through the task loss
+NowcasterSpec own_words_nowcaster_spec();  // nowcast/wnn_plus.cpp: the same, meta-trained on word-level GPTs
 NowcasterSpec wnn_tuned_nowcaster_spec();  // nowcast/wnn_plus.cpp: WNN+ tuned through the loss after a jump
 
 const std::vector<NowcasterSpec>& nowcaster_registry() {
   static const std::vector<NowcasterSpec> all = {wnn_nowcaster_spec(), nino_nowcaster_spec(),
                                                  own_nowcaster_spec(), own_gpt_nowcaster_spec(),
-                                                 own_gpt_loss_nowcaster_spec(), wnn_tuned_nowcaster_spec()};
+                                                 own_gpt_loss_nowcaster_spec(), own_words_nowcaster_spec(),
+                                                 wnn_tuned_nowcaster_spec()};
   return all;
 }
 

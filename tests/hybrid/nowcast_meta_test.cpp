@@ -161,12 +161,12 @@ TEST(NowcastMeta, TrainedFileLoadsThroughLoadWnnPlusAndExtrapolates) {
 TEST(NowcastMeta, RegistryListsOurOwnNowcastersAndTheirCommittedWeightsLoad) {
   std::vector<std::string> names;
   for (const auto& s : ht::nowcaster_registry()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own", "own-gpt", "own-gpt-loss", "wnn-tuned"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"wnn", "nino", "own", "own-gpt", "own-gpt-loss", "own-words", "wnn-tuned"}));
   const auto states = drifting_states(small_spec(), 5, 9);
   std::vector<std::vector<at::Tensor>> context(3);
   for (size_t i = 0; i < 3; ++i)
     for (int t = 0; t < 5; ++t) context[i].push_back(states[t][i]);
-  for (const std::string name : {"own", "own-gpt", "own-gpt-loss", "wnn-tuned"}) {
+  for (const std::string name : {"own", "own-gpt", "own-gpt-loss", "own-words", "wnn-tuned"}) {
     SCOPED_TRACE(name);
     const ht::NowcasterSpec& own = ht::find_nowcaster(name);
     const std::string path = std::string(HT_SOURCE_DIR) + "/models/" + own.weights_file;

@@ -162,6 +162,14 @@ NowcasterSpec own_gpt_nowcaster_spec() {
                           "own/own_wnn_gpt.safetensors");
 }
 
+// Our own, meta-trained on word-level GPTs at AdamW's tuned rates (nowcast-meta build --families
+// gpt-words, on Debian's English fortunes; models/own/README.md): the trajectories the released
+// models never saw, for the word-level GPT where they pay only at NiNo's slow rate.
+NowcasterSpec own_words_nowcaster_spec() {
+  return wnn_with_weights("own-words", "WNN+ meta-trained on this project's word-level GPT runs at tuned rates (models/own)",
+                          "own/own_wnn_words.safetensors");
+}
+
 // own-gpt tuned through the task's loss at its predicted weights (nowcast-meta tune, LossTuner in
 // nowcast/loss_tune.cpp): L1 to the future alone had made own-gpt's jumps closer in weight space
 // and worse in loss. Its rows past k = 20 are trained by the loss term alone.
