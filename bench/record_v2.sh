@@ -6,7 +6,7 @@
 # probe); verifying right after the jump (the default) undoes every far jump (BENCHMARKS.md 9), so
 # it is not run again here. Build first.
 #
-# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~58 h here)
+# Usage: bash bench/record_v2.sh [PART ...]   (no PART: all of them, in this order; ~59 h here)
 #        bash bench/record_v2.sh --list        (the parts, one per line)
 #        RECORD_V2_SMOKE=1 bash bench/record_v2.sh   (every part at a few dozen steps, one seed, into
 #        HT_BENCH_OUT: checks that the whole command runs - its numbers mean nothing; a CTest test)
@@ -47,6 +47,8 @@ muon=plain@optim.name=muon@optim.muon_precision=bf16
 # decay 0.01): the King James Bible in word-level tokens (bench/python/word_tokens.py --kjv, vocab
 # 8192, made once into the build folder), batch 16 x 64 tokens, 4000 steps, period 1000.
 words_bin=$build/kjv_words.bin words_steps=4000
+# The word-level GPT's verified jumps are judged 250 steps later (a quarter period; tolerance 0).
+words_window=250
 words=(--set data.dataset=tokens --set "data.path=$words_bin" --set model.vocab_size=8192 --set model.n_layer=3
        --set model.n_embd=64 --set model.n_head=4 --set data.batch_size=16 --set data.context=64
        --set data.val_batches=32 --set optim.weight_decay=0.01)
@@ -65,7 +67,7 @@ wide_nino_budget=0.06
 smoke=()
 evals() { echo "$1"; }
 if [ "${RECORD_V2_SMOKE:-0}" = 1 ]; then
-  fm16_steps=30 mlp_nino_steps=12 mlp_cosine_steps=12 gpt_steps=30 gpt_wide_steps=15 wide_nino_budget=0.5 words_steps=30
+  fm16_steps=30 mlp_nino_steps=12 mlp_cosine_steps=12 gpt_steps=30 gpt_wide_steps=15 wide_nino_budget=0.5 words_steps=30 words_window=3
   seeds=1 power_seeds=1 gpt_seeds=1 tuned_seeds=1
   smoke=(--set nowcast.period=10 --set nowcast.horizon_max=5 --set nowcast.redo_budget=0.5
          --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set data.batch_size=8 --set data.context=32
@@ -277,6 +279,17 @@ run_part() {
                         ${fm16_nino_setting/nino-/wnn-}@nowcast.redo_budget=0.1 wnn-noverify@nowcast.jump_norm_scale=0.25 ;;
     gpt_slow) part gpt_slow "NiNo protocol at NiNo's LM rate 2e-4" $seeds --tasks gpt --protocol nino --gpt-steps $gpt_steps \
                 --eval-points $(evals 30) --set optim.lr=0.0002 --modes plain wnn-noverify nino-noverify ;;
+    # Is it the training distribution? Our own WNN+ meta-trained on word-level GPTs at the tuned rates
+    # (own-words: Debian's fortunes, other shapes; models/own/README.md) at plain's best 2e-3,
+    # unverified and judged 250 steps later, beside the released WNN+, and at NiNo's 2e-4.
+    gptwords_own) words_corpus
+                  part gptwords_own "NiNo protocol at 2e-3, our own nowcaster of word-level GPTs" $seeds --tasks gpt \
+                    --protocol nino --gpt-steps $words_steps --eval-points $(evals 20) "${words[@]}" --set optim.lr=0.002 \
+                    --modes plain own-words-noverify wnn-noverify own-words-late@nowcast.tolerance=0@nowcast.verify_after=$words_window@nowcast.redo_budget=0.1 ;;
+    gptwords_own_slow) words_corpus
+                       part gptwords_own_slow "NiNo protocol at NiNo's LM rate 2e-4, our own nowcaster of word-level GPTs" \
+                         $seeds --tasks gpt --protocol nino --gpt-steps $words_steps --eval-points $(evals 20) "${words[@]}" \
+                         --set optim.lr=0.0002 --modes plain own-words-noverify wnn-noverify ;;
     *) echo "unknown part '$1'" >&2; exit 2 ;;
   esac
 }
@@ -285,7 +298,8 @@ all_parts=(fm16_power_nino fm16_power_cosine fm16_others_nino fm16_others_cosine
            fm16_held_cosine mlp_nino mlp_cosine gpt_record_nino gpt_record_cosine gpt_nino gpt_cosine gptwide_nino
            fm16_control_nino fm16_control_cosine gpt_control_nino fm16_cosine_tuned gpt_cosine_tuned gptwide_cosine
            gptwide_cosine_nowcast gptwide_cosine_wnn_tol0 mlp_cosine_tuned gpt_cosine_muon gpt_nino_muon gptwide_nino_muon
-           gptwide_cosine_muon fm16_cosine_muon gpt_cosine_muon_snoo gptwords_slow gptwords_tuned gptwords_setting gpt_slow)
+           gptwide_cosine_muon fm16_cosine_muon gpt_cosine_muon_snoo gptwords_slow gptwords_tuned gptwords_setting gpt_slow
+           gptwords_own gptwords_own_slow)
 # --list: the parts a run without PART runs, one per line (the smoke test checks each of them).
 if [ "${1:-}" = --list ]; then printf '%s\n' "${all_parts[@]}"; exit 0; fi
 parts=("$@")
