@@ -390,7 +390,9 @@ ht::meta::CorpusScale medium_gpt_runs(int64_t runs, uint64_t seed) {
 }
 
 void add_drawn_run_options(CLI::App* cmd, ht::meta::CorpusScale& s, const std::string& seed_default) {
-  cmd->add_option("--families", s.families, "comma list of mlp, cnn, gpt (default gpt)")->delimiter(',');
+  cmd->add_option("--families", s.families, "comma list of mlp, cnn, gpt, gpt-words (default gpt)")->delimiter(',');
+  cmd->add_option("--tokens", s.tokens_path, "gpt-words: a word-level token file (bench/python/word_tokens.py IN.txt OUT.bin)");
+  cmd->add_option("--vocab", s.tokens_vocab, "gpt-words: the token file's vocabulary (default 8192)");
   cmd->add_option("--gpt-size", s.gpt_size, "small or medium (default)");
   cmd->add_option("--states", s.states, "recorded states per run (default 12)");
   cmd->add_option("--interval-scale", s.interval_scale, "multiplies the recording intervals");
