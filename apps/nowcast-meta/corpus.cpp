@@ -15,6 +15,7 @@
 #include "hybrid-train/session.h"
 #include "hybrid/core/errors.h"
 #include "hybrid/core/trainer.h"
+#include "hybrid/data/token_corpus.h"
 #include "hybrid/kernels/optimizers.h"
 #include "hybrid/models/cnn.h"
 #include "hybrid/models/mlp.h"
@@ -70,15 +71,15 @@ CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states,
     t.batch = 128;
     t.lr = 6e-3;
     t.weight_decay = 0.0;
-  } else if (name == "gpt-tiny-kjv") {
-    t.widths = {4, 128, 4};
+  } else if (name == "gpt-tiny-kjv" || name == "gpt-wide-kjv") {
+    t.widths = name == "gpt-tiny-kjv" ? std::vector<int64_t>{4, 128, 4} : std::vector<int64_t>{6, 256, 8};
     t.batch = 16;
     t.context = 128;
     t.lr = 3e-3;
     t.beta2 = 0.95;
     t.weight_decay = 0.1;  // the config's default, as hybrid_bench runs it
   } else {
-    throw OptionsError("benchmark task \"" + name + "\": must be fm16 or gpt-tiny-kjv");
+    throw OptionsError("benchmark task \"" + name + "\": must be fm16, gpt-tiny-kjv or gpt-wide-kjv");
   }
   return t;
 }
@@ -99,7 +100,15 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
   if (scale.optimizer == "muon")
     for (const auto& f : scale.families)
       if (f != "gpt" && f != "gpt-words")
-        throw OptionsError("corpus family \"" + f + "\" with --optimizer muon: Muon runs are GPTs only (--families gpt)");
+        throw OptionsError("corpus family \"" + f + "\" with --optimizer muon: Muon runs are GPTs only (--families gpt or gpt-words)");
+  if (std::find(scale.families.begin(), scale.families.end(), "gpt-words") != scale.families.end()) {
+    // Read once here so a too-small vocabulary is named by its flag (the data layer names its config key).
+    const int64_t needed = TokenCorpus::from_token_file(scale.tokens_path).vocab_size();
+    if (needed > scale.tokens_vocab)
+      throw OptionsError("token file " + scale.tokens_path + " holds ids up to " + std::to_string(needed - 1) + ": --vocab " +
+                         std::to_string(scale.tokens_vocab) + " must be at least " + std::to_string(needed) +
+                         " (word_tokens.py prints the vocabulary it wrote)");
+  }
   const bool medium = scale.gpt_size == "medium";
   std::mt19937_64 rng(scale.seed);
   // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32), 4 x 128 or 6 x 256 GPT.
@@ -198,13 +207,17 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
   // The benchmark tasks and the GPTs use the session's model; MLP / CNN tasks build their own.
   const bool words = t.family == "gpt-words";
   const bool gpt = t.family == "gpt" || words;
-  const bool session_model = gpt || t.family == "fm16" || t.family == "gpt-tiny-kjv";
+  const bool kjv_task = t.family == "gpt-tiny-kjv" || t.family == "gpt-wide-kjv";
+  const bool session_model = gpt || t.family == "fm16" || kjv_task;
   if (t.family == "fm16") {
     for (const std::string kv : {"data.dataset=fashion-mnist", "model.kind=fm16"}) set(kv);
     set("data.fashion_mnist_dir=" + fashion_mnist_dir);
-  } else if (t.family == "gpt-tiny-kjv") {
+  } else if (kjv_task) {
     for (const std::string kv : {"data.dataset=kjv", "model.kind=gpt", "model.preset=tiny"}) set(kv);
     set("data.context=" + std::to_string(t.context));
+    set("model.n_layer=" + std::to_string(t.widths.at(0)));  // the preset's for the tiny GPT
+    set("model.n_embd=" + std::to_string(t.widths.at(1)));
+    set("model.n_head=" + std::to_string(t.widths.at(2)));
   } else if (gpt) {
     set(words ? "data.dataset=tokens" : "data.dataset=text");
     for (const std::string kv : {"model.kind=gpt", "model.preset=tiny"}) set(kv);
@@ -250,7 +263,7 @@ std::unique_ptr<TaskRun> open_task(const CorpusTask& t, const std::string& fashi
   if (run->schedule.total_steps == 0) run->schedule.total_steps = t.steps();
   run->trainer = std::make_unique<Trainer>(*run->objective, *run->optimizer, *run->session.data, options);
   const NamedShapes shapes = named_shapes(run->objective->module());
-  run->spec = gpt || t.family == "gpt-tiny-kjv" ? nowcast_spec_gpt2(shapes, t.widths.at(2))
+  run->spec = gpt || kjv_task ? nowcast_spec_gpt2(shapes, t.widths.at(2))
                                                 : nowcast_spec_feedforward(shapes);
   return run;
 }

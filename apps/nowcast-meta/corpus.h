@@ -12,7 +12,7 @@
 namespace ht::meta {
 
 struct CorpusTask {
-  std::string family;            // "mlp", "cnn", "gpt", "gpt-words"; for measuring only: "fm16", "gpt-tiny-kjv"
+  std::string family;            // "mlp", "cnn", "gpt", "gpt-words"; for measuring only: "fm16", "gpt-{tiny,wide}-kjv"
   std::vector<int64_t> widths;   // mlp: hidden widths; cnn: channels1, channels2; gpt*: layers, width, heads
   int64_t batch = 128;
   int64_t context = 64;          // gpt* only
@@ -32,7 +32,8 @@ struct CorpusTask {
 
 // A benchmark task of record under NiNo's protocol (constant AdamW rate), for `scan` to measure
 // what jumps are worth there - never for a corpus: "fm16" (NiNo's FM-16: 16/32/32 CNN, batch 128,
-// 6e-3, no weight decay) or "gpt-tiny-kjv" (4 x 128 GPT on KJV, batch 16, context 128, 3e-3).
+// 6e-3, no weight decay), "gpt-tiny-kjv" (4 x 128 GPT on KJV, batch 16, context 128, 3e-3) or
+// "gpt-wide-kjv" (the same at 6 x 256, 8 heads: hybrid_bench's gpt-wide).
 // A state every 200 steps (the benchmarks' period of 1000); optimizer "adamw" or "muon". Throws
 // OptionsError for other names or optimizers.
 CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer);

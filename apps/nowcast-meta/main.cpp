@@ -262,6 +262,7 @@ struct ScanArgs {
   ht::meta::CorpusScale scale;
   std::string task;  // a benchmark task measured instead of drawn runs (seeds first_seed ..)
   int64_t first_seed = 1;
+  double task_lr = 0.0;  // with task: its constant rate instead of the task's own (0: the task's)
   ht::meta::ScanGrid grid;
   std::vector<std::string> parts;  // JumpKinds texts (empty: all)
   std::vector<int64_t> at;  // recorded states jumped from (default: the 5th and the middle of the rest)
@@ -287,6 +288,9 @@ void quick_scan(ScanArgs& a) {
 int scan(ScanArgs a) {
   if (a.probes < 1 || a.grid.recover_steps < 1 || a.grid.horizons.empty() || a.grid.scales.empty())
     throw ht::OptionsError("scan: --probes and --recover-steps must be >= 1, --horizons and --scales not empty");
+  if (a.task_lr != 0.0 && (a.task.empty() || !(a.task_lr > 0.0)))
+    throw ht::OptionsError("scan: --lr " + std::to_string(a.task_lr) +
+                           ": a benchmark task's rate, so it needs --task and must be above 0 (drawn runs draw theirs)");
   if (a.grid.oracle_futures < 1 || std::any_of(a.grid.oracle_steps.begin(), a.grid.oracle_steps.end(), [](int64_t d) { return d < 1; }))
     throw ht::OptionsError("scan: --oracle-steps must be >= 1 each and --oracle-futures >= 1");
   if ((!a.grid.oracle_blends.empty() || a.grid.trend || !a.grid.lookahead.empty() || !a.dump_dir.empty()) &&
@@ -335,6 +339,7 @@ int scan(ScanArgs a) {
     for (int64_t r = 0; r < a.scale.runs; ++r) {
       tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states, a.scale.optimizer));
       tasks.back().interval = std::max<int64_t>(1, std::llround(tasks.back().interval * a.scale.interval_scale));
+      if (a.task_lr > 0.0) tasks.back().lr = a.task_lr;
     }
   }
   const int64_t N = a.grid.recover_steps;
@@ -474,8 +479,9 @@ int main(int argc, char** argv) {
   scan_cmd->add_option("--runs", sc.scale.runs, "fresh runs (default 3)");
   add_drawn_run_options(scan_cmd, sc.scale, "2040: neither build's nor tune's");
   scan_cmd->add_option("--task", sc.task,
-                       "measure a benchmark task instead of drawn runs: fm16 or gpt-tiny-kjv (NiNo's protocol, a state "
-                       "every 200 steps x --interval-scale, seeds --first-seed .. --first-seed + --runs - 1)");
+                       "measure a benchmark task instead of drawn runs: fm16, gpt-tiny-kjv or gpt-wide-kjv (6 x 256; NiNo's "
+                       "protocol, a state every 200 steps x --interval-scale, seeds --first-seed .. --first-seed + --runs - 1)");
+  scan_cmd->add_option("--lr", sc.task_lr, "with --task: its constant rate instead of the task's (fm16 6e-3, the GPTs 3e-3)");
   scan_cmd->add_option("--first-seed", sc.first_seed, "with --task: the first run's seed (default 1)");
   scan_cmd->add_option("--at", sc.at, "recorded states jumped from, comma list (default: 4 and the middle of 4 .. last)")
       ->delimiter(',');
