@@ -58,7 +58,20 @@ std::string CorpusTask::describe() const {
                      interval);
 }
 
-CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer) {
+void check_token_file(const std::string& path, int64_t vocab) {
+  if (path.empty())
+    throw OptionsError("word-level GPTs need a token file: make one with bench/python/word_tokens.py IN.txt OUT.bin "
+                       "and pass --tokens OUT.bin");
+  // Read once here so a too-small vocabulary is named by its flag (the data layer names its config key).
+  const int64_t needed = TokenCorpus::from_token_file(path).vocab_size();
+  if (needed > vocab)
+    throw OptionsError("token file " + path + " holds ids up to " + std::to_string(needed - 1) + ": --vocab " +
+                       std::to_string(vocab) + " must be at least " + std::to_string(needed) +
+                       " (word_tokens.py prints the vocabulary it wrote)");
+}
+
+CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer,
+                          const std::string& tokens_path, int64_t vocab) {
   check_optimizer(optimizer);
   CorpusTask t;
   t.family = name;
@@ -78,8 +91,20 @@ CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states,
     t.lr = 3e-3;
     t.beta2 = 0.95;
     t.weight_decay = 0.1;  // the config's default, as hybrid_bench runs it
+  } else if (name == "gpt-words-kjv") {
+    // record_v2's word-level parts: NiNo's language-task shape, plain's best constant rate (2e-3).
+    check_token_file(tokens_path, vocab);
+    t.family = "gpt-words";
+    t.widths = {3, 64, 4};
+    t.batch = 16;
+    t.context = 64;
+    t.tokens_path = tokens_path;
+    t.vocab = vocab;
+    t.lr = 2e-3;
+    t.beta2 = 0.95;
+    t.weight_decay = 0.01;
   } else {
-    throw OptionsError("benchmark task \"" + name + "\": must be fm16, gpt-tiny-kjv or gpt-wide-kjv");
+    throw OptionsError("benchmark task \"" + name + "\": must be fm16, gpt-tiny-kjv, gpt-wide-kjv or gpt-words-kjv");
   }
   return t;
 }
@@ -101,14 +126,8 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
     for (const auto& f : scale.families)
       if (f != "gpt" && f != "gpt-words")
         throw OptionsError("corpus family \"" + f + "\" with --optimizer muon: Muon runs are GPTs only (--families gpt or gpt-words)");
-  if (std::find(scale.families.begin(), scale.families.end(), "gpt-words") != scale.families.end()) {
-    // Read once here so a too-small vocabulary is named by its flag (the data layer names its config key).
-    const int64_t needed = TokenCorpus::from_token_file(scale.tokens_path).vocab_size();
-    if (needed > scale.tokens_vocab)
-      throw OptionsError("token file " + scale.tokens_path + " holds ids up to " + std::to_string(needed - 1) + ": --vocab " +
-                         std::to_string(scale.tokens_vocab) + " must be at least " + std::to_string(needed) +
-                         " (word_tokens.py prints the vocabulary it wrote)");
-  }
+  if (std::find(scale.families.begin(), scale.families.end(), "gpt-words") != scale.families.end())
+    check_token_file(scale.tokens_path, scale.tokens_vocab);
   const bool medium = scale.gpt_size == "medium";
   std::mt19937_64 rng(scale.seed);
   // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32), 4 x 128 or 6 x 256 GPT.

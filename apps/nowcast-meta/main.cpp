@@ -337,7 +337,8 @@ int scan(ScanArgs a) {
     tasks = ht::meta::corpus_tasks(a.scale);
   } else {
     for (int64_t r = 0; r < a.scale.runs; ++r) {
-      tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states, a.scale.optimizer));
+      tasks.push_back(ht::meta::benchmark_task(a.task, a.first_seed + r, a.scale.states, a.scale.optimizer,
+                                               a.scale.tokens_path, a.scale.tokens_vocab));
       tasks.back().interval = std::max<int64_t>(1, std::llround(tasks.back().interval * a.scale.interval_scale));
       if (a.task_lr > 0.0) tasks.back().lr = a.task_lr;
     }
@@ -479,9 +480,10 @@ int main(int argc, char** argv) {
   scan_cmd->add_option("--runs", sc.scale.runs, "fresh runs (default 3)");
   add_drawn_run_options(scan_cmd, sc.scale, "2040: neither build's nor tune's");
   scan_cmd->add_option("--task", sc.task,
-                       "measure a benchmark task instead of drawn runs: fm16, gpt-tiny-kjv or gpt-wide-kjv (6 x 256; NiNo's "
-                       "protocol, a state every 200 steps x --interval-scale, seeds --first-seed .. --first-seed + --runs - 1)");
-  scan_cmd->add_option("--lr", sc.task_lr, "with --task: its constant rate instead of the task's (fm16 6e-3, the GPTs 3e-3)");
+                       "measure a benchmark task instead of drawn runs: fm16, gpt-tiny-kjv, gpt-wide-kjv (6 x 256) or "
+                       "gpt-words-kjv (3 x 64 on --tokens, record_v2's word-level GPT); NiNo's protocol, a state every "
+                       "200 steps x --interval-scale, seeds --first-seed .. --first-seed + --runs - 1");
+  scan_cmd->add_option("--lr", sc.task_lr, "with --task: its constant rate instead of the task's (fm16 6e-3, the byte-level GPTs 3e-3, the word-level 2e-3)");
   scan_cmd->add_option("--first-seed", sc.first_seed, "with --task: the first run's seed (default 1)");
   scan_cmd->add_option("--at", sc.at, "recorded states jumped from, comma list (default: 4 and the middle of 4 .. last)")
       ->delimiter(',');
