@@ -38,3 +38,7 @@ $B --out $S/wide_lr_A --tasks gpt-wide --protocol nino --gpt-wide-steps 1000 --e
 $B --out $S/wide_lr_B --tasks gpt-wide --protocol nino --gpt-wide-steps 1000 --eval-points 10 --seeds 1 --first-seed 1 \
   --threads 1 --set optim.lr=0.0006 --modes plain > $S/wide_lr_B.log 2>&1
 wait
+# The 6 x 256 GPT at the best rate of that sweep, 1e-3 (two futures and WNN+ only, for time).
+$M --threads 1 scan --task gpt-wide-kjv --lr 0.001 --runs 1 --first-seed 1 --states 6 --at 4 --recover-steps 100 \
+  --models wnn --horizons 10,40 --scales 1 --oracle-steps 1000 --oracle-futures 2 --trend \
+  --work-dir $W/gpt_wide_kjv_lr0.001_seed1 > $R/gpt_wide_kjv_lr0.001_seed1.log 2>&1
