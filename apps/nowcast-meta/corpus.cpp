@@ -44,6 +44,19 @@ void check_optimizer(const std::string& optimizer) {
     throw OptionsError("optimizer \"" + optimizer + "\": must be adamw or muon (--optimizer)");
 }
 
+// Throws OptionsError naming --tokens / --vocab when path is empty or holds an id >= vocab.
+void check_token_file(const std::string& path, int64_t vocab) {
+  if (path.empty())
+    throw OptionsError("word-level GPTs need a token file: make one with bench/python/word_tokens.py IN.txt OUT.bin "
+                       "and pass --tokens OUT.bin");
+  // Read once here so a too-small vocabulary is named by its flag (the data layer names its config key).
+  const int64_t needed = TokenCorpus::from_token_file(path).vocab_size();
+  if (needed > vocab)
+    throw OptionsError("token file " + path + " holds ids up to " + std::to_string(needed - 1) + ": --vocab " +
+                       std::to_string(vocab) + " must be at least " + std::to_string(needed) +
+                       " (word_tokens.py prints the vocabulary it wrote)");
+}
+
 }  // namespace
 
 std::string CorpusTask::describe() const {
@@ -56,18 +69,6 @@ std::string CorpusTask::describe() const {
   return fmt::format("{} {}, batch {}, {} lr {:.2e} beta2 {} wd {}, {}, seed {}, {} steps, a state every {}", family,
                      shape, batch, optim, lr, beta2, weight_decay, cosine ? "warmup+cosine" : "constant", seed, steps(),
                      interval);
-}
-
-void check_token_file(const std::string& path, int64_t vocab) {
-  if (path.empty())
-    throw OptionsError("word-level GPTs need a token file: make one with bench/python/word_tokens.py IN.txt OUT.bin "
-                       "and pass --tokens OUT.bin");
-  // Read once here so a too-small vocabulary is named by its flag (the data layer names its config key).
-  const int64_t needed = TokenCorpus::from_token_file(path).vocab_size();
-  if (needed > vocab)
-    throw OptionsError("token file " + path + " holds ids up to " + std::to_string(needed - 1) + ": --vocab " +
-                       std::to_string(vocab) + " must be at least " + std::to_string(needed) +
-                       " (word_tokens.py prints the vocabulary it wrote)");
 }
 
 CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer,

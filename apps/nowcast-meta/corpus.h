@@ -32,7 +32,7 @@ struct CorpusTask {
 
 // A benchmark task of record under NiNo's protocol (constant AdamW rate), for `scan` to measure
 // what jumps are worth there - never for a corpus: "fm16" (NiNo's FM-16: 16/32/32 CNN, batch 128,
-// 6e-3, no weight decay), "gpt-tiny-kjv" (4 x 128 GPT on KJV, batch 16, context 128, 3e-3) or
+// 6e-3, no weight decay), "gpt-tiny-kjv" (4 x 128 GPT on KJV, batch 16, context 128, 3e-3),
 // "gpt-wide-kjv" (the same at 6 x 256, 8 heads: hybrid_bench's gpt-wide) or "gpt-words-kjv"
 // (record_v2's word-level GPT: 3 x 64 on tokens_path, a word_tokens.py file of vocab ids, batch 16,
 // context 64, 2e-3, wd 0.01). A state every 200 steps (the benchmarks' period of 1000); optimizer
@@ -40,9 +40,6 @@ struct CorpusTask {
 // reach vocab.
 CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states, const std::string& optimizer,
                           const std::string& tokens_path = "", int64_t vocab = 0);
-
-// Throws OptionsError naming --tokens / --vocab when path is empty or holds an id >= vocab.
-void check_token_file(const std::string& path, int64_t vocab);
 
 struct CorpusScale {
   int64_t runs = 48;          // cycles through `families`
