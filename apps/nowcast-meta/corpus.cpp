@@ -44,11 +44,12 @@ void check_optimizer(const std::string& optimizer) {
     throw OptionsError("optimizer \"" + optimizer + "\": must be adamw or muon (--optimizer)");
 }
 
-// Throws OptionsError naming --tokens / --vocab when path is empty or holds an id >= vocab.
-void check_token_file(const std::string& path, int64_t vocab) {
+// Throws OptionsError naming --tokens / --vocab when path is empty or holds an id >= vocab; `who`
+// names what needs the file ("corpus family gpt-words").
+void check_token_file(const std::string& who, const std::string& path, int64_t vocab) {
   if (path.empty())
-    throw OptionsError("word-level GPTs need a token file: make one with bench/python/word_tokens.py IN.txt OUT.bin "
-                       "and pass --tokens OUT.bin");
+    throw OptionsError(who + " needs a word-level token file: make one with bench/python/word_tokens.py IN.txt "
+                       "OUT.bin and pass --tokens OUT.bin");
   // Read once here so a too-small vocabulary is named by its flag (the data layer names its config key).
   const int64_t needed = TokenCorpus::from_token_file(path).vocab_size();
   if (needed > vocab)
@@ -94,7 +95,7 @@ CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states,
     t.weight_decay = 0.1;  // the config's default, as hybrid_bench runs it
   } else if (name == "gpt-words-kjv") {
     // record_v2's word-level parts: NiNo's language-task shape, plain's best constant rate (2e-3).
-    check_token_file(tokens_path, vocab);
+    check_token_file("benchmark task gpt-words-kjv", tokens_path, vocab);
     t.family = "gpt-words";
     t.widths = {3, 64, 4};
     t.batch = 16;
@@ -111,13 +112,9 @@ CorpusTask benchmark_task(const std::string& name, int64_t seed, int64_t states,
 }
 
 std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
-  for (const auto& f : scale.families) {
+  for (const auto& f : scale.families)
     if (f != "mlp" && f != "cnn" && f != "gpt" && f != "gpt-words")
       throw OptionsError("corpus family \"" + f + "\": must be mlp, cnn, gpt or gpt-words (e.g. --families gpt)");
-    if (f == "gpt-words" && scale.tokens_path.empty())
-      throw OptionsError("corpus family gpt-words needs a word-level token file: make one with "
-                         "bench/python/word_tokens.py IN.txt OUT.bin and pass --tokens OUT.bin");
-  }
   if (scale.families.empty()) throw OptionsError("corpus families: name at least one of mlp, cnn, gpt, gpt-words");
   if (scale.tokens_vocab < 2) throw OptionsError("corpus token vocabulary " + std::to_string(scale.tokens_vocab) + ": must be at least 2 (--vocab)");
   if (scale.gpt_size != "small" && scale.gpt_size != "medium")
@@ -128,7 +125,7 @@ std::vector<CorpusTask> corpus_tasks(const CorpusScale& scale) {
       if (f != "gpt" && f != "gpt-words")
         throw OptionsError("corpus family \"" + f + "\" with --optimizer muon: Muon runs are GPTs only (--families gpt or gpt-words)");
   if (std::find(scale.families.begin(), scale.families.end(), "gpt-words") != scale.families.end())
-    check_token_file(scale.tokens_path, scale.tokens_vocab);
+    check_token_file("corpus family gpt-words", scale.tokens_path, scale.tokens_vocab);
   const bool medium = scale.gpt_size == "medium";
   std::mt19937_64 rng(scale.seed);
   // Not the benchmarks' 784-512-256-10 MLP, 16/32 CNN, FM-16 (16/32/32), 4 x 128 or 6 x 256 GPT.
