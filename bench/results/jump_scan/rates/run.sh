@@ -42,3 +42,7 @@ wait
 $M --threads 1 scan --task gpt-wide-kjv --lr 0.001 --runs 1 --first-seed 1 --states 6 --at 4 --recover-steps 100 \
   --models wnn --horizons 10,40 --scales 1 --oracle-steps 1000 --oracle-futures 2 --trend \
   --work-dir $W/gpt_wide_kjv_lr0.001_seed1 > $R/gpt_wide_kjv_lr0.001_seed1.log 2>&1
+# Above 1e-3 (2026-12-08, fifteenth session, beside the wide_gpt_tuned_rate/ runs): does the best
+# constant rate lie between 1e-3 and 3e-3? 1.5e-3 and 2e-3, seed 1, 1000 steps.
+$B --out $S/wide_lr_C --tasks gpt-wide --protocol nino --gpt-wide-steps 1000 --eval-points 10 --seeds 1 --first-seed 1 \
+  --threads 1 --set optim.lr=0.0015 --modes plain plain@optim.lr=0.002 > $S/wide_lr_C.log 2>&1
